@@ -1,0 +1,49 @@
+#pragma once
+// Communication policy tags. Torch-free on purpose: schedules, the verifier and the benchmark
+// policy lists name these types without pulling in LibTorch. The behaviour behind each tag lives
+// in mpp/comm/ headers that do include c10d.
+#include <concepts>
+#include <string_view>
+
+#include "mpp/schedule/comm_semantics.hpp"
+
+namespace mpp {
+
+/// Backend tags.
+struct Gloo {
+  static constexpr std::string_view name = "Gloo";
+};
+struct Nccl {
+  static constexpr std::string_view name = "Nccl";
+};
+
+template <class B>
+concept comm_backend = requires {
+  { B::name } -> std::convertible_to<std::string_view>;
+};
+
+/// Blocking point-to-point: every send/recv completes before the next action runs.
+template <comm_backend Backend>
+struct Blocking {
+  using backend = Backend;
+  static constexpr CommSemantics semantics = CommSemantics::rendezvous;
+  static constexpr std::string_view name = "Blocking";
+};
+
+/// Asynchronous point-to-point: receives posted ahead, send handles kept and waited.
+template <comm_backend Backend>
+struct Async {
+  using backend = Backend;
+  static constexpr CommSemantics semantics = CommSemantics::buffered;
+  static constexpr std::string_view name = "Async";
+};
+
+template <class C>
+concept comm_policy = requires {
+  typename C::backend;
+  requires comm_backend<typename C::backend>;
+  { C::semantics } -> std::convertible_to<CommSemantics>;
+  { C::name } -> std::convertible_to<std::string_view>;
+};
+
+}  // namespace mpp

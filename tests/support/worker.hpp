@@ -1,0 +1,33 @@
+#pragma once
+// Multi-process tests: a test case spawns the test binary itself once per rank with
+// `--mpp-worker=<name>` (see world.hpp); main.cpp then runs the worker registered under that
+// name instead of doctest. A worker throws (or returns non-zero) to fail its rank.
+#include <functional>
+#include <map>
+#include <string>
+
+namespace mpp::test {
+
+using WorkerFn = std::function<int(int argc, char** argv)>;
+
+inline std::map<std::string, WorkerFn>& worker_registry() {
+  static std::map<std::string, WorkerFn> registry;
+  return registry;
+}
+
+struct WorkerRegistrar {
+  WorkerRegistrar(const char* name, WorkerFn fn) { worker_registry().emplace(name, std::move(fn)); }
+};
+
+}  // namespace mpp::test
+
+#define MPP_DETAIL_CAT2(a, b) a##b
+#define MPP_DETAIL_CAT(a, b) MPP_DETAIL_CAT2(a, b)
+
+/// MPP_TEST_WORKER("name") { ...body using the rank's environment...; return 0; }
+#define MPP_TEST_WORKER(name)                                                                  \
+  static int MPP_DETAIL_CAT(mpp_worker_fn_, __LINE__)(int argc, char** argv);                 \
+  static const ::mpp::test::WorkerRegistrar MPP_DETAIL_CAT(mpp_worker_reg_, __LINE__){        \
+      name, &MPP_DETAIL_CAT(mpp_worker_fn_, __LINE__)};                                        \
+  static int MPP_DETAIL_CAT(mpp_worker_fn_, __LINE__)([[maybe_unused]] int argc,               \
+                                                      [[maybe_unused]] char** argv)
