@@ -71,7 +71,9 @@ inline constexpr auto hana_types = detail::to_hana<Tuple>::value;
 /// Calls f.template operator()<T>() for each T of a std::tuple list (for plain C++ loops).
 template <class Tuple, class F>
 constexpr void for_each_type(F&& f) {
-  [&]<class... Ts>(std::tuple<Ts...>*) { (f.template operator()<Ts>(), ...); }(static_cast<Tuple*>(nullptr));
+  [&]<class... Ts>(std::tuple<Ts...>*) {
+    (f.template operator()<Ts>(), ...);
+  }(static_cast<Tuple*>(nullptr));
 }
 
 }  // namespace mpp::test

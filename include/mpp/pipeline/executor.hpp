@@ -35,11 +35,11 @@ namespace mpp::detail {
 
 /// What the executor needs to know besides the table and the pieces.
 struct ExecutorConfig {
-  std::string pipeline_name;         // "Pipeline<Uniform<2>, GPipe<4>, Async<Gloo>>", for messages
-  std::string schedule_name;         // "GPipe<4>"
-  int ranks = 1;                     // P
-  int chunks_per_rank = 1;           // V
-  int micro_batches = 1;             // M
+  std::string pipeline_name;  // "Pipeline<Uniform<2>, GPipe<4>, Async<Gloo>>", for messages
+  std::string schedule_name;  // "GPipe<4>"
+  int ranks = 1;              // P
+  int chunks_per_rank = 1;    // V
+  int micro_batches = 1;      // M
   bool recompute = false;
   std::vector<ActivationSpec> expected_inputs;  // per local chunk: what its first layer takes
 };
@@ -51,12 +51,15 @@ constexpr int activation_tag(int from_stage, int micro_batch, int stages) {
 constexpr int gradient_tag(int to_stage, int micro_batch, int stages) {
   return ((micro_batch * stages + to_stage) * 3) + 1;
 }
-constexpr int header_tag(int from_stage) { return from_stage * 3 + 2; }
+constexpr int header_tag(int from_stage) {
+  return from_stage * 3 + 2;
+}
 
 template <comm_policy C>
 class Executor {
  public:
-  Executor(Communicator<C> comm, std::vector<Action> actions, std::vector<LocalPiece> pieces, ExecutorConfig config)
+  Executor(Communicator<C> comm, std::vector<Action> actions, std::vector<LocalPiece> pieces,
+           ExecutorConfig config)
       : comm_(std::move(comm)),
         actions_(std::move(actions)),
         pieces_(std::move(pieces)),
@@ -94,14 +97,30 @@ class Executor {
     {
       for (const Action& a : actions_) {
         switch (a.op) {
-          case Op::F: forward(a, loss_fn); break;
-          case Op::B: backward(a, loss_fn, /*split=*/false); break;
-          case Op::I: backward(a, loss_fn, /*split=*/true); break;
-          case Op::W: weight_grad(a); break;
-          case Op::SEND_F: send_activation(a); break;
-          case Op::SEND_B: send_gradient(a); break;
-          case Op::RECV_F: post_activation_recv(a); break;
-          case Op::RECV_B: post_gradient_recv(a); break;
+          case Op::F:
+            forward(a, loss_fn);
+            break;
+          case Op::B:
+            backward(a, loss_fn, /*split=*/false);
+            break;
+          case Op::I:
+            backward(a, loss_fn, /*split=*/true);
+            break;
+          case Op::W:
+            weight_grad(a);
+            break;
+          case Op::SEND_F:
+            send_activation(a);
+            break;
+          case Op::SEND_B:
+            send_gradient(a);
+            break;
+          case Op::RECV_F:
+            post_activation_recv(a);
+            break;
+          case Op::RECV_B:
+            post_gradient_recv(a);
+            break;
         }
       }
       const auto t0 = recorder_.now();
@@ -123,18 +142,18 @@ class Executor {
   };
 
   struct Slot {
-    at::Tensor input;         // stage input (leaf that requires grad, except on stage 0)
-    at::Tensor output;        // graph root of a middle stage; under Recompute only kept until sent
-    at::Tensor loss;          // weighted loss (last stage)
-    at::Tensor input_grad;    // what SEND_B sends
-    at::Tensor recv_buffer;   // where RECV_F lands
-    at::Tensor grad_buffer;   // where RECV_B lands
+    at::Tensor input;        // stage input (leaf that requires grad, except on stage 0)
+    at::Tensor output;       // graph root of a middle stage; under Recompute only kept until sent
+    at::Tensor loss;         // weighted loss (last stage)
+    at::Tensor input_grad;   // what SEND_B sends
+    at::Tensor recv_buffer;  // where RECV_F lands
+    at::Tensor grad_buffer;  // where RECV_B lands
     Request recv_request;
     Request grad_request;
-    bool recv_deferred = false;     // RECV_F seen before the link's shape was known
-    bool grad_deferred = false;     // RECV_B seen before this micro-batch's forward
-    bool graph_ready = false;       // the autograd graph for the backward exists
-    bool input_grad_done = false;   // split backward: I ran, W may follow
+    bool recv_deferred = false;           // RECV_F seen before the link's shape was known
+    bool grad_deferred = false;           // RECV_B seen before this micro-batch's forward
+    bool graph_ready = false;             // the autograd graph for the backward exists
+    bool input_grad_done = false;         // split backward: I ran, W may follow
     std::vector<std::int64_t> out_shape;  // shape of the output (what RECV_B receives)
     c10::ScalarType out_dtype = c10::kFloat;
     std::vector<at::Tensor> layer_outputs;  // split backward: output of each layer with params
@@ -144,7 +163,7 @@ class Executor {
   };
 
   struct InLink {
-    bool known = false;            // shape header received this step
+    bool known = false;  // shape header received this step
     bool header_posted = false;
     at::Tensor header_buffer;
     Request header_request;
@@ -154,7 +173,9 @@ class Executor {
   /// Everything that lives for one step only.
   struct Step {
     Step(std::size_t chunks, int micro_batches)
-        : slots(chunks * static_cast<std::size_t>(micro_batches)), in_links(chunks), header_sent(chunks, false) {}
+        : slots(chunks * static_cast<std::size_t>(micro_batches)),
+          in_links(chunks),
+          header_sent(chunks, false) {}
     MicroBatchPlan plan;
     bool plan_known = false;
     std::vector<at::Tensor> input_chunks;
@@ -174,34 +195,42 @@ class Executor {
   };
 
   Slot& slot(int chunk, int micro_batch) {
-    return step_->slots[static_cast<std::size_t>(chunk) * static_cast<std::size_t>(config_.micro_batches) +
-                  static_cast<std::size_t>(micro_batch)];
+    return step_
+        ->slots[static_cast<std::size_t>(chunk) * static_cast<std::size_t>(config_.micro_batches) +
+                static_cast<std::size_t>(micro_batch)];
   }
   int stage_of(int chunk) const { return chunk * config_.ranks + rank_; }
   bool is_first_stage(int chunk) const { return stage_of(chunk) == 0; }
   bool is_last_stage(int chunk) const { return stage_of(chunk) == stages_ - 1; }
   std::string stage_text(int stage) const {
-    return "stage " + std::to_string(stage) + " (rank " + std::to_string(stage % config_.ranks) + ")";
+    return "stage " + std::to_string(stage) + " (rank " + std::to_string(stage % config_.ranks) +
+           ")";
   }
 
   // ---- step set-up -------------------------------------------------------------------------
   void begin_step(const at::Tensor& inputs, const at::Tensor& targets) {
     if (holds_first_stage()) {
       if (!inputs.defined())
-        throw pipeline_error("mpp: " + config_.pipeline_name + ": rank 0 holds stage 0 and needs the inputs; pass "
-                             "the batch's inputs to train_step on rank 0 (other ranks may pass an empty tensor)");
-      check_spec(ActivationSpec{inputs.scalar_type(), per_sample(inputs)}, config_.expected_inputs[0], -1, 0);
+        throw pipeline_error(
+            "mpp: " + config_.pipeline_name +
+            ": rank 0 holds stage 0 and needs the inputs; pass "
+            "the batch's inputs to train_step on rank 0 (other ranks may pass an empty tensor)");
+      check_spec(ActivationSpec{inputs.scalar_type(), per_sample(inputs)},
+                 config_.expected_inputs[0], -1, 0);
       set_plan(inputs.size(0));
       step_->input_chunks = split_micro_batches(inputs, step_->plan);
     }
     if (holds_last_stage()) {
       if (!targets.defined() || targets.dim() < 1)
-        throw pipeline_error("mpp: " + config_.pipeline_name + ": rank " + std::to_string(rank_) +
-                             " holds the last stage and needs the targets; pass the batch's targets to "
-                             "train_step on rank " + std::to_string(rank_));
+        throw pipeline_error(
+            "mpp: " + config_.pipeline_name + ": rank " + std::to_string(rank_) +
+            " holds the last stage and needs the targets; pass the batch's targets to "
+            "train_step on rank " +
+            std::to_string(rank_));
       if (step_->plan_known && targets.size(0) != step_->plan.batch)
-        throw pipeline_error("mpp: the inputs have " + std::to_string(step_->plan.batch) + " samples but the targets have " +
-                             std::to_string(targets.size(0)) + "; pass inputs and targets of the same batch");
+        throw pipeline_error("mpp: the inputs have " + std::to_string(step_->plan.batch) +
+                             " samples but the targets have " + std::to_string(targets.size(0)) +
+                             "; pass inputs and targets of the same batch");
       step_->targets = targets;
       if (!step_->plan_known) set_plan(targets.size(0));
       step_->target_chunks = split_micro_batches(targets, step_->plan);
@@ -219,14 +248,17 @@ class Executor {
   }
 
   /// `from_stage` -1 means the user's inputs.
-  void check_spec(const ActivationSpec& got, const ActivationSpec& expected, int from_stage, int to_stage) const {
+  void check_spec(const ActivationSpec& got, const ActivationSpec& expected, int from_stage,
+                  int to_stage) const {
     if (got == expected) return;
     if (from_stage < 0)
-      throw pipeline_error("mpp: stage 0 expects inputs " + to_string(expected) + " but train_step got " +
-                           to_string(got) + "; convert or reshape the inputs (or fix the model's first layer)");
-    throw pipeline_error("mpp: " + stage_text(to_stage) + " expects activations " + to_string(expected) + " but " +
-                         stage_text(from_stage) + " sends " + to_string(got) +
-                         "; the stages do not fit together: check the partition and the layer sizes at the cut");
+      throw pipeline_error("mpp: stage 0 expects inputs " + to_string(expected) +
+                           " but train_step got " + to_string(got) +
+                           "; convert or reshape the inputs (or fix the model's first layer)");
+    throw pipeline_error(
+        "mpp: " + stage_text(to_stage) + " expects activations " + to_string(expected) + " but " +
+        stage_text(from_stage) + " sends " + to_string(got) +
+        "; the stages do not fit together: check the partition and the layer sizes at the cut");
   }
 
   // ---- running a piece ----------------------------------------------------------------------
@@ -264,7 +296,8 @@ class Executor {
     };
     auto add_tensor = [&](const at::Tensor& t) {
       if (t.defined() && t.has_storage())
-        add(t.storage().unsafeGetStorageImpl(), static_cast<std::int64_t>(t.numel() * t.element_size()));
+        add(t.storage().unsafeGetStorageImpl(),
+            static_cast<std::int64_t>(t.numel() * t.element_size()));
     };
     add_tensor(s.input);
     add_tensor(keep_output);
@@ -295,8 +328,9 @@ class Executor {
   template <class LossFn>
   void forward(const Action& a, LossFn& loss_fn) {
     Slot& s = slot(a.chunk, a.micro_batch);
-    at::Tensor x = is_first_stage(a.chunk) ? step_->input_chunks.at(static_cast<std::size_t>(a.micro_batch))
-                                           : take_activation(a);
+    at::Tensor x = is_first_stage(a.chunk)
+                       ? step_->input_chunks.at(static_cast<std::size_t>(a.micro_batch))
+                       : take_activation(a);
     const auto t0 = recorder_.now();
     const bool last = is_last_stage(a.chunk);
     const bool split = uses_split_backward();
@@ -305,7 +339,8 @@ class Executor {
       c10::NoGradGuard no_grad;
       s.input = x;
       out = run_piece(a.chunk, x, false, s);
-      if (last) step_->loss_sum += weighted_loss(loss_fn, out, a.micro_batch).template item<double>();
+      if (last)
+        step_->loss_sum += weighted_loss(loss_fn, out, a.micro_batch).template item<double>();
       pending_weak_.clear();
       hold(s, measure_held(s, {}));
       s.graph_ready = false;
@@ -335,8 +370,10 @@ class Executor {
   at::Tensor weighted_loss(LossFn& loss_fn, const at::Tensor& out, int micro_batch) {
     at::Tensor loss = loss_fn(out, step_->target_chunks.at(static_cast<std::size_t>(micro_batch)));
     if (loss.numel() != 1)
-      throw pipeline_error("mpp: the loss function must return one value per micro-batch (a mean), got a tensor of " +
-                           std::to_string(loss.numel()) + " elements; reduce it with .mean()");
+      throw pipeline_error(
+          "mpp: the loss function must return one value per micro-batch (a mean), got a tensor "
+          "of " +
+          std::to_string(loss.numel()) + " elements; reduce it with .mean()");
     return loss * step_->plan.weight(micro_batch);
   }
 
@@ -351,8 +388,10 @@ class Executor {
     s.input = x;
     at::Tensor out = run_piece(a.chunk, x, split, s);
     const bool last = is_last_stage(a.chunk);
-    if (last) s.loss = weighted_loss(loss_fn, out, a.micro_batch);
-    else s.output = out;
+    if (last)
+      s.loss = weighted_loss(loss_fn, out, a.micro_batch);
+    else
+      s.output = out;
     recorder_.release(s.held_bytes);
     s.held_bytes = 0;
     hold(s, measure_held(s, last ? at::Tensor() : out));
@@ -366,8 +405,9 @@ class Executor {
   void backward(const Action& a, LossFn& loss_fn, bool split) {
     Slot& s = slot(a.chunk, a.micro_batch);
     if (!s.in_flight)
-      throw pipeline_error("mpp: " + std::string(to_string(a.op)) + " of micro-batch " + std::to_string(a.micro_batch) +
-                           " on " + stage_text(stage_of(a.chunk)) + " before its forward; the table is invalid");
+      throw pipeline_error("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
+                           std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
+                           " before its forward; the table is invalid");
     const bool last = is_last_stage(a.chunk);
     at::Tensor grad_out = last ? at::Tensor() : take_gradient(a);
     if (!s.graph_ready) rebuild_graph(a, s, loss_fn, split);
@@ -396,15 +436,17 @@ class Executor {
     }
     std::vector<at::Tensor> grads;
     if (!wrt.empty())
-      grads = torch::autograd::grad({root}, wrt, last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{grad_out},
-                                    /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
+      grads = torch::autograd::grad(
+          {root}, wrt, last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{grad_out},
+          /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
     std::size_t g = 0;
     if (want_input) s.input_grad = grads[g++];
     s.layer_grads.assign(s.layer_outputs.size(), at::Tensor());
     std::int64_t grad_bytes = 0;
     for (std::size_t j = 0; j < s.layer_outputs.size(); ++j) {
       s.layer_grads[j] = j == root_index ? grad_out : grads[g++];
-      if (s.layer_grads[j].defined()) grad_bytes += static_cast<std::int64_t>(s.layer_grads[j].nbytes());
+      if (s.layer_grads[j].defined())
+        grad_bytes += static_cast<std::int64_t>(s.layer_grads[j].nbytes());
     }
     hold(s, grad_bytes);
     s.input_grad_done = true;
@@ -425,7 +467,8 @@ class Executor {
       torch::autograd::backward({s.layer_outputs[j]}, {s.layer_grads[j]}, /*retain_graph=*/false,
                                 /*create_graph=*/false, layers[j].params);
     }
-    recorder_.record(trace::EventKind::weight_grad, a.micro_batch, a.chunk, -1, t0, recorder_.now());
+    recorder_.record(trace::EventKind::weight_grad, a.micro_batch, a.chunk, -1, t0,
+                     recorder_.now());
     const at::Tensor keep_input_grad = s.input_grad;  // SEND_B may still come after W
     finish_slot(s);
     s.input_grad = keep_input_grad;
@@ -460,7 +503,8 @@ class Executor {
       step_->pending_sends.add(comm_.send(h.encode(), a.peer, header_tag(a.stage)));
       step_->header_sent[chunk] = true;
     }
-    step_->pending_sends.add(comm_.send(wire, a.peer, activation_tag(a.stage, a.micro_batch, stages_)));
+    step_->pending_sends.add(
+        comm_.send(wire, a.peer, activation_tag(a.stage, a.micro_batch, stages_)));
     if (config_.recompute) s.output = at::Tensor();  // the Request keeps the bytes until sent
     recorder_.record(trace::EventKind::send, a.micro_batch, a.chunk, a.peer, t0, recorder_.now());
   }
@@ -471,7 +515,8 @@ class Executor {
       throw pipeline_error("mpp: SEND_B of micro-batch " + std::to_string(a.micro_batch) + " on " +
                            stage_text(a.stage) + " before its backward; the table is invalid");
     const auto t0 = recorder_.now();
-    step_->pending_sends.add(comm_.send(s.input_grad, a.peer, gradient_tag(a.stage - 1, a.micro_batch, stages_)));
+    step_->pending_sends.add(
+        comm_.send(s.input_grad, a.peer, gradient_tag(a.stage - 1, a.micro_batch, stages_)));
     s.input_grad = at::Tensor();
     recorder_.record(trace::EventKind::send, a.micro_batch, a.chunk, a.peer, t0, recorder_.now());
   }
@@ -497,7 +542,8 @@ class Executor {
     }
     post_activation_buffer(a.chunk, a.micro_batch, a.peer, s);
     if constexpr (Communicator<C>::blocking)
-      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, a.peer, t0, recorder_.now());
+      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, a.peer, t0,
+                       recorder_.now());
   }
 
   void read_header(int chunk, int peer) {
@@ -507,18 +553,21 @@ class Executor {
     const ShapeHeader h = ShapeHeader::decode(link.header_buffer, stage - 1, stage);
     check_spec(h.spec, config_.expected_inputs[static_cast<std::size_t>(chunk)], stage - 1, stage);
     if (h.micro_batches != config_.micro_batches)
-      throw pipeline_error("mpp: " + stage_text(stage) + " runs " + std::to_string(config_.micro_batches) +
-                           " micro-batches but " + stage_text(stage - 1) + " runs " + std::to_string(h.micro_batches) +
+      throw pipeline_error("mpp: " + stage_text(stage) + " runs " +
+                           std::to_string(config_.micro_batches) + " micro-batches but " +
+                           stage_text(stage - 1) + " runs " + std::to_string(h.micro_batches) +
                            "; every rank must build the same Pipeline type");
     if (!step_->plan_known) {
       set_plan(h.batch);
     } else if (h.batch != step_->plan.batch) {
-      throw pipeline_error("mpp: " + stage_text(stage - 1) + " sends a batch of " + std::to_string(h.batch) +
-                           " samples but " + stage_text(stage) + " has " + std::to_string(step_->plan.batch) +
+      throw pipeline_error("mpp: " + stage_text(stage - 1) + " sends a batch of " +
+                           std::to_string(h.batch) + " samples but " + stage_text(stage) + " has " +
+                           std::to_string(step_->plan.batch) +
                            (holds_last_stage() ? " targets" : " inputs") +
                            "; pass inputs and targets of the same batch on every rank");
     }
-    if (holds_last_stage() && step_->target_chunks.empty()) step_->target_chunks = split_micro_batches(step_->targets, step_->plan);
+    if (holds_last_stage() && step_->target_chunks.empty())
+      step_->target_chunks = split_micro_batches(step_->targets, step_->plan);
     link.spec = h.spec;
     link.known = true;
     (void)peer;
@@ -529,7 +578,8 @@ class Executor {
     std::vector<std::int64_t> shape{step_->plan.sizes[static_cast<std::size_t>(micro_batch)]};
     shape.insert(shape.end(), link.spec.per_sample.begin(), link.spec.per_sample.end());
     s.recv_buffer = at::empty(shape, at::TensorOptions().dtype(link.spec.dtype));
-    s.recv_request = comm_.recv(s.recv_buffer, peer, activation_tag(stage_of(chunk) - 1, micro_batch, stages_));
+    s.recv_request =
+        comm_.recv(s.recv_buffer, peer, activation_tag(stage_of(chunk) - 1, micro_batch, stages_));
     s.recv_deferred = false;
   }
 
@@ -542,7 +592,8 @@ class Executor {
     if (!link.known) {
       if (!link.header_posted)
         throw pipeline_error("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                             stage_text(stage_of(a.chunk)) + " without a RECV_F before it; the table is not lowered");
+                             stage_text(stage_of(a.chunk)) +
+                             " without a RECV_F before it; the table is not lowered");
       read_header(a.chunk, peer);
       for (int mb = 0; mb < config_.micro_batches; ++mb) {
         Slot& other = slot(a.chunk, mb);
@@ -551,10 +602,12 @@ class Executor {
     }
     if (!s.recv_buffer.defined())
       throw pipeline_error("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                           stage_text(stage_of(a.chunk)) + " without its RECV_F; the table is not lowered");
+                           stage_text(stage_of(a.chunk)) +
+                           " without its RECV_F; the table is not lowered");
     s.recv_request.wait();
     if constexpr (!Communicator<C>::blocking)
-      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, peer, t0, recorder_.now());
+      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, peer, t0,
+                       recorder_.now());
     return std::exchange(s.recv_buffer, at::Tensor());
   }
 
@@ -563,34 +616,38 @@ class Executor {
     Slot& s = slot(a.chunk, a.micro_batch);
     if (!s.in_flight) {
       if constexpr (Communicator<C>::blocking)
-        throw pipeline_error("mpp: RECV_B of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                             stage_text(a.stage) + " before its forward; the table is invalid");
+        throw pipeline_error("mpp: RECV_B of micro-batch " + std::to_string(a.micro_batch) +
+                             " on " + stage_text(a.stage) +
+                             " before its forward; the table is invalid");
       s.grad_deferred = true;
       return;
     }
     const auto t0 = recorder_.now();
     post_gradient_buffer(a.chunk, a.micro_batch, s);
     if constexpr (Communicator<C>::blocking)
-      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, a.peer, t0, recorder_.now());
+      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, a.peer, t0,
+                       recorder_.now());
   }
 
   void post_gradient_buffer(int chunk, int micro_batch, Slot& s) {
     const int peer = (stage_of(chunk) + 1) % config_.ranks;
     s.grad_buffer = at::empty(s.out_shape, at::TensorOptions().dtype(s.out_dtype));
-    s.grad_request = comm_.recv(s.grad_buffer, peer, gradient_tag(stage_of(chunk), micro_batch, stages_));
+    s.grad_request =
+        comm_.recv(s.grad_buffer, peer, gradient_tag(stage_of(chunk), micro_batch, stages_));
     s.grad_deferred = false;
   }
 
   at::Tensor take_gradient(const Action& a) {
     Slot& s = slot(a.chunk, a.micro_batch);
     if (!s.grad_buffer.defined())
-      throw pipeline_error("mpp: " + std::string(to_string(a.op)) + " of micro-batch " + std::to_string(a.micro_batch) +
-                           " on " + stage_text(stage_of(a.chunk)) + " without its RECV_B; the table is not lowered");
+      throw pipeline_error("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
+                           std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
+                           " without its RECV_B; the table is not lowered");
     const auto t0 = recorder_.now();
     s.grad_request.wait();
     if constexpr (!Communicator<C>::blocking)
-      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, (stage_of(a.chunk) + 1) % config_.ranks,
-                       t0, recorder_.now());
+      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk,
+                       (stage_of(a.chunk) + 1) % config_.ranks, t0, recorder_.now());
     return std::exchange(s.grad_buffer, at::Tensor());
   }
 

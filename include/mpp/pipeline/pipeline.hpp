@@ -75,9 +75,10 @@ class Pipeline {
   static constexpr int micro_batches = Sched::micro_batches;
   static constexpr bool recompute = recomputes_v<Stages>;
 
-  static_assert(detail::pieces_fit_chunks<Stages, chunks_per_rank>(),
-                "mpp: an Explicit<n...> partition under a schedule with V chunks per rank lists one size per "
-                "model piece, stages x V of them in model order; make the number of sizes a multiple of V");
+  static_assert(
+      detail::pieces_fit_chunks<Stages, chunks_per_rank>(),
+      "mpp: an Explicit<n...> partition under a schedule with V chunks per rank lists one size per "
+      "model piece, stages x V of them in model order; make the number of sizes a multiple of V");
 
   /// Pipeline ranks (P): one per stage, or per V stages under an interleaved schedule.
   static constexpr int stages = Stages::stages_for(chunks_per_rank);
@@ -85,18 +86,20 @@ class Pipeline {
 
   // The compiler runs the schedule's simulator: a table that can deadlock, or that forgets or
   // misorders a backward, does not compile. The diagnostic prints the verifier's message.
-  static_assert(sound<verify<Sched, Comm>(stages)>,
-                "mpp: this schedule does not run under this comm policy (see the verifier's message above)");
+  static_assert(
+      sound<verify<Sched, Comm>(stages)>,
+      "mpp: this schedule does not run under this comm policy (see the verifier's message above)");
 
   static std::string name() {
-    return "Pipeline<" + Stages::name() + ", " + schedule_display_name<Sched>() + ", " + comm_display_name<Comm>() +
-           ">";
+    return "Pipeline<" + Stages::name() + ", " + schedule_display_name<Sched>() + ", " +
+           comm_display_name<Comm>() + ">";
   }
 
   /// Builds this rank's pieces of `model` (and only those) and its lowered table. `group` is the
   /// pipeline's process group: its size must be the number of stages.
   template <layered_model Model>
-  Pipeline(ProcessGroup group, const Model& model) : executor_(make_executor(std::move(group), model)) {}
+  Pipeline(ProcessGroup group, const Model& model)
+      : executor_(make_executor(std::move(group), model)) {}
 
   /// One training step over a batch: inputs are needed on rank 0 only, targets on the last rank
   /// only (pass an undefined tensor elsewhere). Gradients are accumulated into the parameters'
@@ -134,11 +137,13 @@ class Pipeline {
   std::unique_ptr<detail::Executor<Comm>> make_executor(ProcessGroup group, const Model& model) {
     if (group.size() != stages) {
       std::string fix = group.size() % stages == 0
-                            ? "; for data parallelism over pipelines give each Pipeline its own pipeline group of " +
+                            ? "; for data parallelism over pipelines give each Pipeline its own "
+                              "pipeline group of " +
                                   std::to_string(stages) + " ranks (a DP x PP mesh)"
                             : "";
-      throw pipeline_error("mpp: " + name() + " has " + std::to_string(stages) + " stages but its process group has " +
-                           std::to_string(group.size()) + " ranks; launch " + std::to_string(stages) +
+      throw pipeline_error("mpp: " + name() + " has " + std::to_string(stages) +
+                           " stages but its process group has " + std::to_string(group.size()) +
+                           " ranks; launch " + std::to_string(stages) +
                            " ranks (mpprun --nproc-per-node " + std::to_string(stages) + ")" + fix);
     }
     plan_ = make_plan(Sched::table(stages), Comm::semantics);
@@ -153,15 +158,17 @@ class Pipeline {
     config.micro_batches = micro_batches;
     config.recompute = recompute;
     for (const auto& piece : pieces)
-      config.expected_inputs.push_back(ActivationSpec{model.dtype(), model.input_shape(piece.layers.begin)});
+      config.expected_inputs.push_back(
+          ActivationSpec{model.dtype(), model.input_shape(piece.layers.begin)});
 
     const auto row = plan_->actions(rank);
     std::vector<Action> actions(row.begin(), row.end());
     bool split = false;
     for (const auto& a : actions) split = split || a.op == Op::I || a.op == Op::W;
 
-    auto executor = std::make_unique<detail::Executor<Comm>>(Communicator<Comm>(std::move(group)), std::move(actions),
-                                                            std::move(pieces), std::move(config));
+    auto executor = std::make_unique<detail::Executor<Comm>>(Communicator<Comm>(std::move(group)),
+                                                             std::move(actions), std::move(pieces),
+                                                             std::move(config));
     executor->set_split_backward(split);
     return executor;
   }

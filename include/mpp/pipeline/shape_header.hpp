@@ -50,7 +50,8 @@ struct ShapeHeader {
     if (static_cast<int>(spec.per_sample.size()) > max_dims)
       throw pipeline_error("mpp: stage " + std::to_string(sender_stage) + " sends activations of " +
                            std::to_string(spec.per_sample.size() + 1) + " dimensions; at most " +
-                           std::to_string(max_dims + 1) + " are supported between stages (flatten them)");
+                           std::to_string(max_dims + 1) +
+                           " are supported between stages (flatten them)");
     at::Tensor t = at::empty({slots}, at::kLong);
     auto* p = t.data_ptr<std::int64_t>();
     for (int i = 0; i < slots; ++i) p[i] = 0;
@@ -69,9 +70,10 @@ struct ShapeHeader {
   static ShapeHeader decode(const at::Tensor& t, int expected_sender, int receiver_stage) {
     const auto* p = t.data_ptr<std::int64_t>();
     if (p[0] != magic || p[5] < 0 || p[5] > max_dims)
-      throw pipeline_error("mpp: stage " + std::to_string(receiver_stage) + " expected a shape header from stage " +
-                           std::to_string(expected_sender) +
-                           " but received something else; every rank must run the same Pipeline type");
+      throw pipeline_error(
+          "mpp: stage " + std::to_string(receiver_stage) + " expected a shape header from stage " +
+          std::to_string(expected_sender) +
+          " but received something else; every rank must run the same Pipeline type");
     ShapeHeader h;
     h.sender_stage = static_cast<int>(p[1]);
     h.spec.dtype = static_cast<c10::ScalarType>(p[2]);

@@ -21,15 +21,24 @@ enum class EventKind : std::uint8_t {
 
 constexpr std::string_view kind_name(EventKind k) {
   switch (k) {
-    case EventKind::forward: return "F";
-    case EventKind::backward: return "B";
-    case EventKind::input_grad: return "I";
-    case EventKind::weight_grad: return "W";
-    case EventKind::recompute: return "R";
-    case EventKind::send: return "send";
-    case EventKind::recv_wait: return "recv-wait";
-    case EventKind::send_wait: return "send-wait";
-    case EventKind::loss_sync: return "loss-sync";
+    case EventKind::forward:
+      return "F";
+    case EventKind::backward:
+      return "B";
+    case EventKind::input_grad:
+      return "I";
+    case EventKind::weight_grad:
+      return "W";
+    case EventKind::recompute:
+      return "R";
+    case EventKind::send:
+      return "send";
+    case EventKind::recv_wait:
+      return "recv-wait";
+    case EventKind::send_wait:
+      return "send-wait";
+    case EventKind::loss_sync:
+      return "loss-sync";
   }
   return "?";
 }
@@ -44,8 +53,8 @@ struct Event {
   EventKind kind = EventKind::forward;
   std::int32_t micro_batch = -1;
   std::int32_t chunk = 0;
-  std::int32_t peer = -1;     // for send / recv-wait
-  double begin_us = 0.0;      // since the step began on this rank
+  std::int32_t peer = -1;  // for send / recv-wait
+  double begin_us = 0.0;   // since the step began on this rank
   double end_us = 0.0;
 
   constexpr double duration_us() const { return end_us - begin_us; }
@@ -57,7 +66,7 @@ struct RankTrace {
   double step_us = 0.0;
   std::vector<Event> events;
   std::int64_t peak_activation_bytes = 0;  // largest total of tensors kept for backward
-  int peak_in_flight = 0;                  // most micro-batches between F and their last backward op
+  int peak_in_flight = 0;  // most micro-batches between F and their last backward op
 
   double compute_us() const {
     double t = 0.0;
