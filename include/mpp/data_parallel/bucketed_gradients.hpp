@@ -1,0 +1,226 @@
+#pragma once
+// The engine of DDP, independent of how a bucket is reduced: gradient hooks, bucket buffers,
+// in-order launching, the end-of-backward wait and the per-step reset.
+//
+// A post hook on each parameter's grad accumulator fires as soon as autograd has accumulated
+// that parameter's gradient. When every gradient of a bucket has arrived the bucket is handed
+// to the launcher (which starts an all-reduce); buckets are launched strictly in plan order so
+// that every rank issues the same sequence of collectives. A callback queued on the autograd
+// engine runs when backward() finishes: it waits for every bucket, checks that every parameter
+// got a gradient, and resets the state for the next step.
+//
+// Gradients live inside the bucket buffers: after the first synchronised step each `.grad` is an
+// alias of its slice of a flat buffer, so accumulation writes straight into the bucket and the
+// averaged result is already in `.grad` when the wait returns — no copy in or out. The alias is
+// made with set_() rather than a view so that Optimizer::zero_grad()'s detach_() stays legal.
+// If the user replaces a `.grad` (or it is still unset on the first step), the hook copies it into
+// the bucket and the end of backward points `.grad` back at the bucket.
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <ATen/ATen.h>
+
+#include <concepts>
+#include <cstddef>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpp/data_parallel/buckets.hpp"
+
+namespace mpp {
+
+/// What the bucket engine asks of a reduction backend: start summing one flat buffer across the
+/// replicas, and later block until that sum has landed in the same buffer.
+template <class L>
+concept bucket_launcher = requires(L& l, std::size_t bucket, at::Tensor& flat) {
+  l.launch(bucket, flat);
+  l.wait(bucket);
+};
+
+namespace detail {
+
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+
+/// One planning entry per parameter, as plan_buckets() wants it.
+inline std::vector<GradSpec> grad_specs(const std::vector<NamedTensor>& params) {
+  std::vector<GradSpec> specs;
+  specs.reserve(params.size());
+  for (const auto& p : params)
+    specs.push_back({static_cast<std::size_t>(p.tensor.numel()), static_cast<std::size_t>(p.tensor.element_size()),
+                     static_cast<int>(p.tensor.scalar_type())});
+  return specs;
+}
+
+/// A tensor that shares `flat`'s storage for elements [offset, offset + numel(shape)), made
+/// with set_() so that autograd does not treat it as a view.
+inline at::Tensor alias_slice(const at::Tensor& flat, std::size_t offset, at::IntArrayRef sizes) {
+  at::Tensor out = at::empty({0}, flat.options());
+  out.set_(flat.storage(), flat.storage_offset() + static_cast<std::int64_t>(offset), sizes);
+  return out;
+}
+
+template <bucket_launcher Launcher>
+class BucketedGradients {
+ public:
+  /// `divisor` scales every bucket before its reduction (the number of replicas: sum of the
+  /// pre-divided gradients is their mean).
+  BucketedGradients(std::vector<NamedTensor> params, std::size_t cap_bytes, double divisor,
+                    Launcher launcher)
+      : params_(std::move(params)), divisor_(divisor), launcher_(std::move(launcher)) {
+    plan_ = plan_buckets(grad_specs(params_), cap_bytes);
+    buffers_.reserve(plan_.buckets.size());
+    for (const auto& b : plan_.buckets) {
+      const auto& first = params_[b.params.front()].tensor;
+      buffers_.push_back(at::zeros({static_cast<std::int64_t>(b.elements)}, first.options()));
+    }
+    slices_.resize(params_.size());
+    for (std::size_t b = 0; b < plan_.buckets.size(); ++b)
+      for (std::size_t s = 0; s < plan_.buckets[b].params.size(); ++s) {
+        const std::size_t p = plan_.buckets[b].params[s];
+        slices_[p] = alias_slice(buffers_[b], plan_.buckets[b].offsets[s], params_[p].tensor.sizes());
+      }
+    ready_.assign(params_.size(), false);
+    pending_.resize(plan_.buckets.size());
+    reset_step();
+    // The tensor holds its accumulator weakly: keep the shared_ptr, or the hook never fires.
+    accumulators_.reserve(params_.size());
+    hook_keys_.reserve(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto acc = torch::autograd::impl::grad_accumulator(params_[i].tensor);
+      if (!acc)
+        throw std::invalid_argument("mpp: DDP parameter '" + params_[i].name +
+                                    "' is not a leaf that requires grad; pass only trainable leaf parameters");
+      hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(this, i)));
+      accumulators_.push_back(std::move(acc));
+    }
+  }
+
+  BucketedGradients(const BucketedGradients&) = delete;
+  BucketedGradients& operator=(const BucketedGradients&) = delete;
+
+  ~BucketedGradients() {
+    for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  }
+
+  const BucketPlan& plan() const { return plan_; }
+  const std::vector<NamedTensor>& params() const { return params_; }
+  const at::Tensor& bucket_buffer(std::size_t b) const { return buffers_[b]; }
+  Launcher& launcher() { return launcher_; }
+
+  /// Off inside no_sync(): hooks then leave gradients to accumulate locally.
+  void set_sync(bool on) { sync_ = on; }
+  bool sync() const { return sync_; }
+
+  /// Buckets launched in the current (or last) backward pass.
+  std::size_t launched() const { return next_launch_; }
+
+  /// Whether `.grad` of parameter i currently lives in its bucket (no copy needed).
+  bool grad_in_bucket(std::size_t i) const {
+    const auto& g = params_[i].tensor.grad();
+    return g.defined() && g.data_ptr() == slices_[i].data_ptr();
+  }
+
+  // Called by the hook of parameter i, right after its gradient was accumulated.
+  void mark_ready(std::size_t i) {
+    if (!sync_) return;
+    if (!in_backward_) {
+      in_backward_ = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+    }
+    if (ready_[i]) {
+      reset_step();
+      throw std::logic_error("mpp: DDP parameter '" + params_[i].name +
+                             "' received a gradient twice in one backward pass; call backward once "
+                             "per step, or use no_sync() for the extra passes");
+    }
+    ready_[i] = true;
+    if (!grad_in_bucket(i)) {
+      at::NoGradGuard no_grad;
+      slices_[i].copy_(params_[i].tensor.grad());
+    }
+    const std::size_t b = plan_.bucket_of[i];
+    if (--pending_[b] == 0) {
+      // Launch every consecutive full bucket from the next one in plan order.
+      while (next_launch_ < pending_.size() && pending_[next_launch_] == 0) {
+        at::NoGradGuard no_grad;
+        if (divisor_ != 1.0) buffers_[next_launch_].div_(divisor_);
+        launcher_.launch(next_launch_, buffers_[next_launch_]);
+        ++next_launch_;
+      }
+    }
+  }
+
+  // Runs once backward() has finished (queued on the autograd engine).
+  void finish_backward() {
+    in_backward_ = false;
+    try {
+      for (std::size_t b = 0; b < next_launch_; ++b) launcher_.wait(b);
+    } catch (...) {
+      reset_step();
+      throw;
+    }
+    if (next_launch_ < plan_.buckets.size()) {
+      std::string names;
+      std::size_t missing = 0;
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        if (!ready_[i]) {
+          if (missing++ < 8) names += (names.empty() ? "'" : ", '") + params_[i].name + "'";
+        }
+      if (missing > 8) names += " and " + std::to_string(missing - 8) + " more";
+      reset_step();
+      throw std::runtime_error(
+          "mpp: DDP parameter(s) " + names +
+          " got no gradient in this backward pass, so their buckets were never all-reduced; every "
+          "trainable parameter must take part in the loss on every rank (freeze unused ones with "
+          "requires_grad(false) before building DDP)");
+    }
+    // Every gradient now holds the mean; point any replaced .grad back at its bucket.
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!grad_in_bucket(i)) params_[i].tensor.mutable_grad() = slices_[i];
+    reset_step();
+  }
+
+ private:
+  struct ReadyHook final : torch::autograd::FunctionPostHook {
+    ReadyHook(BucketedGradients* owner, std::size_t index) : owner(owner), index(index) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list&) override {
+      owner->mark_ready(index);
+      return outputs;
+    }
+    BucketedGradients* owner;
+    std::size_t index;
+  };
+
+  void reset_step() {
+    std::fill(ready_.begin(), ready_.end(), false);
+    for (std::size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = plan_.buckets[b].params.size();
+    next_launch_ = 0;
+    in_backward_ = false;
+  }
+
+  std::vector<NamedTensor> params_;
+  double divisor_;
+  Launcher launcher_;
+  BucketPlan plan_;
+  std::vector<at::Tensor> buffers_;
+  std::vector<at::Tensor> slices_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<std::uintptr_t> hook_keys_;
+  std::vector<bool> ready_;
+  std::vector<std::size_t> pending_;
+  std::size_t next_launch_ = 0;
+  bool in_backward_ = false;
+  bool sync_ = true;
+};
+
+}  // namespace detail
+}  // namespace mpp

@@ -1,0 +1,42 @@
+#pragma once
+// The partition policy family: which layers each pipeline stage owns.
+//
+// A partition is a tag type. Its knobs are static constexpr members; its one operation is
+// `split(layer_costs, chunks_per_rank)`, which returns one LayerRange per model piece in model
+// order (stages × chunks_per_rank pieces; piece c·P + r is chunk c of rank r). `layer_costs` holds
+// one number per layer (its parameter count), so that ByParams can balance them and every policy
+// knows how many layers there are without anyone materialising the model.
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mpp/partition/layer_range.hpp"
+
+namespace mpp {
+
+template <class P>
+concept partition = requires(std::span<const std::int64_t> layer_costs, int chunks_per_rank) {
+  { P::stages_for(chunks_per_rank) } -> std::convertible_to<int>;
+  { P::split(layer_costs, chunks_per_rank) } -> std::same_as<std::vector<LayerRange>>;
+  { P::name() } -> std::convertible_to<std::string>;
+};
+
+namespace detail {
+template <class P>
+concept has_recompute_knob = requires {
+  { P::recompute } -> std::convertible_to<bool>;
+};
+}  // namespace detail
+
+/// Whether a stage policy asks for gradient checkpointing (see Recompute).
+template <partition P>
+inline constexpr bool recomputes_v = [] {
+  if constexpr (detail::has_recompute_knob<P>)
+    return static_cast<bool>(P::recompute);
+  else
+    return false;
+}();
+
+}  // namespace mpp

@@ -1,0 +1,325 @@
+// The process launcher behind mpprun and run_world: variables, output, deadline, failure
+// propagation and clean-up, checked on real processes (this binary re-executed as workers).
+#include <doctest/doctest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "mpp/launch/launch.hpp"
+#include "support/world.hpp"
+#include "support/worker.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value ? value : fallback;
+}
+
+int rank_from_env() { return std::atoi(env_or("RANK", "-1").c_str()); }
+
+/// Sleeps in short steps so that a worker never outlives a broken launcher for long.
+int sleep_for(std::chrono::seconds total) {
+  const auto end = std::chrono::steady_clock::now() + total;
+  while (std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(20ms);
+  return 0;
+}
+
+bool process_gone(pid_t pid) {
+  // A killed orphan may linger as a zombie until init reaps it; a zombie runs nothing.
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] == 'Z';
+}
+
+}  // namespace
+
+MPP_TEST_WORKER("launch_env") {
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                           "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
+                           "OPENBLAS_NUM_THREADS", "MPP_EXTRA", "MPP_REMOVED"})
+    std::printf("%s=%s\n", name, env_or(name, "<unset>").c_str());
+  for (int i = 1; i < argc; ++i) std::printf("arg=%s\n", argv[i]);
+  return 0;
+}
+
+MPP_TEST_WORKER("launch_output") {
+  std::printf("out line 1 of rank %d\n", rank_from_env());
+  std::fflush(stdout);
+  std::fprintf(stderr, "err line of rank %d\n", rank_from_env());
+  std::fflush(stderr);
+  std::printf("unterminated tail");
+  return 0;
+}
+
+// Rank 1 fails with code 3 after a moment; the others would sleep far beyond any test deadline.
+MPP_TEST_WORKER("launch_fail_rank1") {
+  if (rank_from_env() == 1) {
+    std::this_thread::sleep_for(100ms);
+    std::fprintf(stderr, "rank 1 gives up\n");
+    return 3;
+  }
+  return sleep_for(30s);
+}
+
+// Rank 1 ignores SIGTERM; rank 0 fails once rank 1 is known to ignore it (a marker file).
+MPP_TEST_WORKER("launch_ignore_term") {
+  const std::filesystem::path marker =
+      std::filesystem::temp_directory_path() / ("mpp_ignore_term_" + env_or("MASTER_PORT", "0"));
+  if (rank_from_env() == 0) {
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!std::filesystem::exists(marker) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(10ms);
+    std::filesystem::remove(marker);
+    return 5;
+  }
+  std::signal(SIGTERM, SIG_IGN);
+  std::ofstream(marker) << "ready\n";
+  return sleep_for(30s);
+}
+
+MPP_TEST_WORKER("launch_sleep") { return sleep_for(30s); }
+
+MPP_TEST_WORKER("launch_abort") {
+  if (rank_from_env() == 0) std::raise(SIGKILL);
+  return sleep_for(30s);
+}
+
+// Starts a grandchild that would outlive the rank, reports its pid, then fails.
+MPP_TEST_WORKER("launch_grandchild") {
+  char sleep_path[] = "/bin/sleep";
+  char seconds[] = "30";
+  char* child_argv[] = {sleep_path, seconds, nullptr};
+  pid_t child = 0;
+  if (::posix_spawn(&child, sleep_path, nullptr, nullptr, child_argv, environ) != 0) return 10;
+  std::printf("grandchild=%d\n", static_cast<int>(child));
+  std::fflush(stdout);
+  if (rank_from_env() == 1) return 4;
+  return sleep_for(30s);
+}
+
+TEST_SUITE("launch") {
+  TEST_CASE("torchrun variables: global rank = node_rank * nproc_per_node + local_rank") {
+    mpp::launch::WorldLayout layout;
+    layout.nproc_per_node = 2;
+    layout.nnodes = 3;
+    layout.node_rank = 2;
+    layout.master_addr = "10.0.0.1";
+    layout.master_port = 29500;
+    const auto env = mpp::launch::rank_environment(layout, 1);
+    auto value = [&](const std::string& name) {
+      for (const auto& [key, val] : env)
+        if (key == name) return val;
+      return std::string("<unset>");
+    };
+    CHECK(value("RANK") == "5");
+    CHECK(value("WORLD_SIZE") == "6");
+    CHECK(value("LOCAL_RANK") == "1");
+    CHECK(value("LOCAL_WORLD_SIZE") == "2");
+    CHECK(value("GROUP_RANK") == "2");
+    CHECK(value("NODE_RANK") == "2");
+    CHECK(value("MASTER_ADDR") == "10.0.0.1");
+    CHECK(value("MASTER_PORT") == "29500");
+  }
+
+  TEST_CASE("invalid layouts are rejected with the rule and the fix") {
+    mpp::launch::WorldLayout layout;
+    layout.nnodes = 2;
+    CHECK_THROWS_WITH_AS(mpp::launch::validate(layout),
+                         doctest::Contains("--master-port is required with --nnodes > 1"),
+                         mpp::launch::LaunchError);
+    layout.master_port = 29500;
+    layout.node_rank = 2;
+    CHECK_THROWS_WITH_AS(mpp::launch::validate(layout), doctest::Contains("--node-rank"),
+                         mpp::launch::LaunchError);
+    layout.node_rank = 0;
+    layout.nproc_per_node = 0;
+    CHECK_THROWS_WITH_AS(mpp::launch::validate(layout), doctest::Contains("--nproc-per-node"),
+                         mpp::launch::LaunchError);
+  }
+
+  TEST_CASE("free_port returns a port that can be bound") {
+    const int port = mpp::launch::free_port();
+    CHECK(port > 0);
+    CHECK(port <= 65535);
+  }
+
+  TEST_CASE("a missing program is one clear error before any rank starts") {
+    mpp::launch::LaunchOptions options;
+    options.command = {"mpp-no-such-program-anywhere"};
+    options.layout.nproc_per_node = 2;
+    CHECK_THROWS_WITH_AS(mpp::launch::launch(options), doctest::Contains("was not found on PATH"),
+                         mpp::launch::LaunchError);
+    options.command = {"/nonexistent/dir/prog"};
+    CHECK_THROWS_WITH_AS(mpp::launch::launch(options), doctest::Contains("cannot execute"),
+                         mpp::launch::LaunchError);
+  }
+
+  TEST_CASE("every rank gets its torchrun variables, extra env, removed env and arguments") {
+    mpp::test::WorldOptions options;
+    options.args = {"--alpha", "beta"};
+    options.env = {{"MPP_EXTRA", "yes"}};
+    options.unset_env = {"MPP_REMOVED"};
+    ::setenv("MPP_REMOVED", "should-not-reach-the-ranks", 1);
+    const auto world = mpp::test::run_world(4, "launch_env", options);
+    ::unsetenv("MPP_REMOVED");
+    REQUIRE_MESSAGE(world.ok(), world.report());
+    REQUIRE(world.size() == 4);
+    const std::string port = std::to_string(world.launch.master_port);
+    const std::string omp = env_or("OMP_NUM_THREADS", "1");
+    const std::string openblas = env_or("OPENBLAS_NUM_THREADS", "1");
+    for (int r = 0; r < 4; ++r) {
+      const auto& out = world.output(r);
+      INFO(out);
+      CHECK(out.find("RANK=" + std::to_string(r) + "\n") == 0);
+      CHECK(out.find("\nWORLD_SIZE=4\n") != std::string::npos);
+      CHECK(out.find("\nLOCAL_RANK=" + std::to_string(r) + "\n") != std::string::npos);
+      CHECK(out.find("\nLOCAL_WORLD_SIZE=4\n") != std::string::npos);
+      CHECK(out.find("\nGROUP_RANK=0\n") != std::string::npos);
+      CHECK(out.find("\nNODE_RANK=0\n") != std::string::npos);
+      CHECK(out.find("\nMASTER_ADDR=127.0.0.1\n") != std::string::npos);
+      CHECK(out.find("\nMASTER_PORT=" + port + "\n") != std::string::npos);
+      CHECK(out.find("\nOMP_NUM_THREADS=" + omp + "\n") != std::string::npos);
+      CHECK(out.find("\nOPENBLAS_NUM_THREADS=" + openblas + "\n") != std::string::npos);
+      CHECK(out.find("\nMPP_EXTRA=yes\n") != std::string::npos);
+      CHECK(out.find("\nMPP_REMOVED=<unset>\n") != std::string::npos);
+      CHECK(out.find("\narg=--alpha\narg=beta\n") != std::string::npos);
+    }
+    CHECK(world.launch.master_port > 0);
+  }
+
+  TEST_CASE("stdout and stderr are captured per rank, line by line, tail included") {
+    const auto world = mpp::test::run_world(2, "launch_output");
+    REQUIRE_MESSAGE(world.ok(), world.report());
+    for (int r = 0; r < 2; ++r) {
+      const std::string rank = std::to_string(r);
+      CHECK(world.output(r).find("out line 1 of rank " + rank + "\n") != std::string::npos);
+      CHECK(world.output(r).find("err line of rank " + rank + "\n") != std::string::npos);
+      CHECK(world.output(r).find("unterminated tail\n") != std::string::npos);
+      CHECK(world.error_output(r) == "err line of rank " + rank + "\n");
+    }
+  }
+
+  TEST_CASE("a failing rank stops the others promptly and its code is the job's") {
+    const auto start = std::chrono::steady_clock::now();
+    const auto world = mpp::test::run_world(3, "launch_fail_rank1");
+    const auto took = std::chrono::steady_clock::now() - start;
+    INFO(world.report());
+    CHECK_FALSE(world.ok());
+    CHECK(world.launch.first_failure == 1);
+    CHECK(world.launch.exit_code() == 3);
+    CHECK(world.exit_code(1) == 3);
+    CHECK_FALSE(world.rank(1).stopped_by_launcher);
+    CHECK(world.error_output(1) == "rank 1 gives up\n");
+    for (int r : {0, 2}) {
+      CHECK(world.rank(r).stopped_by_launcher);
+      CHECK(world.rank(r).status.signal == SIGTERM);
+    }
+    CHECK(world.launch.summary().find("rank 1 exited with code 3") != std::string::npos);
+    CHECK(took < 10s);
+  }
+
+  TEST_CASE("a rank that ignores SIGTERM is killed after the grace period") {
+    mpp::test::WorldOptions options;
+    options.grace = 300ms;
+    const auto world = mpp::test::run_world(2, "launch_ignore_term", options);
+    INFO(world.report());
+    CHECK(world.launch.exit_code() == 5);
+    CHECK(world.rank(1).status.signal == SIGKILL);
+    CHECK(world.launch.elapsed < 10s);
+  }
+
+  TEST_CASE("a rank killed by a signal is reported as such") {
+    const auto world = mpp::test::run_world(2, "launch_abort");
+    INFO(world.report());
+    CHECK(world.launch.first_failure == 0);
+    CHECK(world.launch.exit_code() == 128 + SIGKILL);
+    CHECK(world.rank(0).describe().find("killed by signal 9 (SIGKILL)") != std::string::npos);
+  }
+
+  TEST_CASE("the deadline stops a hung world and says so") {
+    mpp::test::WorldOptions options;
+    options.timeout = 500ms;
+    const auto world = mpp::test::run_world(2, "launch_sleep", options);
+    INFO(world.report());
+    CHECK(world.timed_out());
+    CHECK_FALSE(world.ok());
+    CHECK(world.launch.exit_code() == 124);
+    CHECK(world.launch.first_failure == -1);
+    CHECK(world.launch.summary().find("deadline of 500 ms expired") != std::string::npos);
+    CHECK(world.launch.elapsed < 10s);
+  }
+
+  TEST_CASE("processes a rank started are gone when the job ends") {
+    const auto world = mpp::test::run_world(2, "launch_grandchild");
+    INFO(world.report());
+    CHECK(world.launch.exit_code() == 4);
+    for (int r = 0; r < 2; ++r) {
+      const auto& out = world.output(r);
+      const auto at = out.find("grandchild=");
+      REQUIRE(at != std::string::npos);
+      const pid_t pid = std::atoi(out.c_str() + at + 11);
+      REQUIRE(pid > 0);
+      // SIGKILL is asynchronous: give the kernel a moment to finish the job.
+      const auto until = std::chrono::steady_clock::now() + 2s;
+      while (!process_gone(pid) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(10ms);
+      CHECK_MESSAGE(process_gone(pid), "grandchild ", pid, " of rank ", r, " survived");
+    }
+  }
+
+  TEST_CASE("stop_all_on_failure=false lets the others run to their own end") {
+    mpp::test::WorldOptions options;
+    options.stop_all_on_failure = false;
+    options.timeout = 600ms;
+    const auto world = mpp::test::run_world(2, "launch_fail_rank1", options);
+    INFO(world.report());
+    CHECK(world.exit_code(1) == 3);
+    CHECK(world.timed_out());  // rank 0 kept sleeping until the deadline
+    CHECK(world.rank(0).stopped_by_launcher);
+  }
+
+  TEST_CASE("logs go to <log_dir>/rank_<r>/ and the console callback sees prefixed ranks") {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("mpp_launch_logs_" + std::to_string(::getpid()));
+    mpp::launch::LaunchOptions options;
+    options.command = {mpp::test::self_executable(), "--mpp-worker=launch_output"};
+    options.layout.nproc_per_node = 2;
+    options.log_dir = dir.string();
+    options.timeout = 30s;
+    std::ostringstream seen;
+    options.on_line = [&](int rank, mpp::launch::Stream stream, std::string_view line) {
+      seen << rank << (stream == mpp::launch::Stream::err ? " err " : " out ") << line << "\n";
+    };
+    const auto result = mpp::launch::launch(options);
+    REQUIRE_MESSAGE(result.ok(), result.summary());
+    for (int r = 0; r < 2; ++r) {
+      std::ifstream out(dir / ("rank_" + std::to_string(r)) / "stdout.log");
+      std::ifstream err(dir / ("rank_" + std::to_string(r)) / "stderr.log");
+      std::stringstream out_text, err_text;
+      out_text << out.rdbuf();
+      err_text << err.rdbuf();
+      CHECK(out_text.str() == "out line 1 of rank " + std::to_string(r) + "\nunterminated tail\n");
+      CHECK(err_text.str() == "err line of rank " + std::to_string(r) + "\n");
+      CHECK(seen.str().find(std::to_string(r) + " err err line of rank " + std::to_string(r)) !=
+            std::string::npos);
+    }
+    std::filesystem::remove_all(dir);
+  }
+}

@@ -1,0 +1,219 @@
+// mpprun end to end: the built launcher runs this test binary's workers as its ranks.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mpp/launch/launch.hpp"
+#include "support/world.hpp"
+#include "support/worker.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+int env_rank() {
+  const char* rank = std::getenv("RANK");
+  return rank ? std::atoi(rank) : -1;
+}
+
+int nap(std::chrono::seconds total) {
+  const auto end = std::chrono::steady_clock::now() + total;
+  while (std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(20ms);
+  return 0;
+}
+
+/// Runs mpprun with `args` (a single process, through the same launcher) and returns its result.
+mpp::launch::LaunchResult run_mpprun(
+    std::vector<std::string> args,
+    std::function<void(int, mpp::launch::Stream, std::string_view)> on_line = {}) {
+  mpp::launch::LaunchOptions options;
+  options.command = {MPP_MPPRUN_PATH};
+  options.command.insert(options.command.end(), args.begin(), args.end());
+  options.single_thread_defaults = false;  // mpprun itself must set them for its ranks
+  options.unset_env = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+  options.timeout = 60s;
+  options.on_line = std::move(on_line);
+  return mpp::launch::launch(options);
+}
+
+std::vector<pid_t> pids_in(const std::string& text, const std::string& key) {
+  std::vector<pid_t> pids;
+  const std::regex pattern(key + "=([0-9]+)");
+  for (std::sregex_iterator it(text.begin(), text.end(), pattern), end; it != end; ++it)
+    pids.push_back(std::stoi((*it)[1]));
+  return pids;
+}
+
+bool gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] == 'Z';
+}
+
+bool all_gone(const std::vector<pid_t>& pids) {
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  for (;;) {
+    bool done = true;
+    for (pid_t pid : pids) done = done && gone(pid);
+    if (done || std::chrono::steady_clock::now() > until) return done;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::filesystem::path scratch_dir(const char* name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             (std::string("mpp_mpprun_") + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+}  // namespace
+
+MPP_TEST_WORKER("mpprun_exit3") {
+  std::printf("pid=%d\n", static_cast<int>(::getpid()));
+  std::fflush(stdout);
+  if (env_rank() == 1) {
+    std::this_thread::sleep_for(300ms);
+    std::fprintf(stderr, "rank 1 failing on purpose\n");
+    return 3;
+  }
+  return nap(30s);
+}
+
+MPP_TEST_WORKER("mpprun_env") {
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                           "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
+                           "OPENBLAS_NUM_THREADS"}) {
+    const char* value = std::getenv(name);
+    std::printf("%s=%s\n", name, value ? value : "<unset>");
+  }
+  std::fprintf(stderr, "args:");
+  for (int i = 1; i < argc; ++i) std::fprintf(stderr, " %s", argv[i]);
+  std::fprintf(stderr, "\n");
+  return 0;
+}
+
+MPP_TEST_WORKER("mpprun_wait") {
+  std::printf("ready pid=%d ppid=%d\n", static_cast<int>(::getpid()),
+              static_cast<int>(::getppid()));
+  std::fflush(stdout);
+  return nap(30s);
+}
+
+TEST_SUITE("mpprun") {
+  TEST_CASE("a rank that exits 3 makes mpprun exit 3 promptly and leaves no process behind") {
+    const auto logs = scratch_dir("exit3");
+    const auto result = run_mpprun({"--nproc-per-node", "3", "--log-dir", logs.string(),
+                                    mpp::test::self_executable(), "--mpp-worker=mpprun_exit3"});
+    REQUIRE(result.ranks.size() == 1);
+    const auto& mpprun = result.ranks[0];
+    INFO(mpprun.output);
+    CHECK(mpprun.status.exited);
+    CHECK(mpprun.status.exit_code == 3);
+    CHECK(result.elapsed < 10s);
+    CHECK(mpprun.error_output.find("[rank1]: rank 1 failing on purpose\n") != std::string::npos);
+    CHECK(std::regex_search(mpprun.error_output,
+                            std::regex(R"(mpprun: rank 1 \(pid [0-9]+\) exited with code 3)")));
+    CHECK(mpprun.error_output.find("rank 0 was killed by signal 15 (SIGTERM)") !=
+          std::string::npos);
+    const auto pids = pids_in(mpprun.output, "pid");
+    CHECK(pids.size() == 3);
+    CHECK(all_gone(pids));
+    CHECK(read_file(logs / "rank_1" / "stderr.log") == "rank 1 failing on purpose\n");
+    std::filesystem::remove_all(logs);
+  }
+
+  TEST_CASE("ranks get the torchrun variables, output is prefixed and logged per rank") {
+    const auto logs = scratch_dir("env");
+    const auto result =
+        run_mpprun({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                    "127.0.0.1", "--master-port", "29631", "--log-dir", logs.string(),
+                    mpp::test::self_executable(), "--mpp-worker=mpprun_env", "--flag", "x"});
+    const auto& mpprun = result.ranks.at(0);
+    INFO(mpprun.output);
+    REQUIRE(result.ok());
+    for (int local = 0; local < 2; ++local) {
+      const int rank = 2 + local;  // node_rank 1 * nproc_per_node 2 + local_rank
+      const std::string prefix = "[rank" + std::to_string(rank) + "]: ";
+      for (const std::string& line :
+           {"RANK=" + std::to_string(rank), std::string("WORLD_SIZE=4"),
+            "LOCAL_RANK=" + std::to_string(local), std::string("LOCAL_WORLD_SIZE=2"),
+            std::string("GROUP_RANK=1"), std::string("NODE_RANK=1"),
+            std::string("MASTER_ADDR=127.0.0.1"), std::string("MASTER_PORT=29631"),
+            std::string("OMP_NUM_THREADS=1"), std::string("OPENBLAS_NUM_THREADS=1")})
+        CHECK_MESSAGE(mpprun.output.find(prefix + line + "\n") != std::string::npos, line);
+      CHECK(mpprun.error_output.find(prefix + "args: --mpp-worker=mpprun_env --flag x\n") !=
+            std::string::npos);
+      const auto dir = logs / ("rank_" + std::to_string(rank));
+      const auto out = read_file(dir / "stdout.log");
+      CHECK(out.rfind("RANK=" + std::to_string(rank) + "\n", 0) == 0);  // unprefixed
+      CHECK(read_file(dir / "stderr.log") == "args: --mpp-worker=mpprun_env --flag x\n");
+    }
+    std::filesystem::remove_all(logs);
+  }
+
+  TEST_CASE("Ctrl-C (SIGINT to mpprun) stops every rank") {
+    int ready = 0;
+    pid_t mpprun_pid = 0;
+    const auto result = run_mpprun(
+        {"--nproc-per-node", "2", "--log-dir", "", mpp::test::self_executable(),
+         "--mpp-worker=mpprun_wait"},
+        [&](int, mpp::launch::Stream, std::string_view line) {
+          const auto at = line.find("ppid=");
+          if (at == std::string_view::npos) return;
+          mpprun_pid = std::atoi(std::string(line.substr(at + 5)).c_str());
+          if (++ready == 2) ::kill(mpprun_pid, SIGINT);
+        });
+    const auto& mpprun = result.ranks.at(0);
+    INFO(mpprun.output);
+    CHECK(ready == 2);
+    CHECK(mpprun.status.exit_code == 130);
+    CHECK(result.elapsed < 10s);
+    const auto pids = pids_in(mpprun.output, "ready pid");
+    CHECK(pids.size() == 2);
+    CHECK(all_gone(pids));
+  }
+
+  TEST_CASE("--max-restarts restarts the whole group, then reports the failure") {
+    const auto result = run_mpprun({"--nproc-per-node", "2", "--max-restarts", "1", "--log-dir", "",
+                                    mpp::test::self_executable(), "--mpp-worker=mpprun_exit3"});
+    const auto& mpprun = result.ranks.at(0);
+    INFO(mpprun.output);
+    CHECK(mpprun.status.exit_code == 3);
+    CHECK(mpprun.error_output.find("restarting all ranks (restart 1 of 1)") != std::string::npos);
+    CHECK(pids_in(mpprun.output, "pid").size() == 4);
+  }
+
+  TEST_CASE("usage errors name the fix") {
+    auto result = run_mpprun({"--nproc-per-node", "2", "--nnodes", "2", "/bin/true"});
+    CHECK(result.ranks.at(0).status.exit_code == 2);
+    CHECK(result.ranks.at(0).output.find("--master-port is required with --nnodes > 1") !=
+          std::string::npos);
+    result = run_mpprun({"--nproc-per-node", "2"});
+    CHECK(result.ranks.at(0).status.exit_code == 2);
+    CHECK(result.ranks.at(0).output.find("no program given") != std::string::npos);
+    result = run_mpprun({"--help"});
+    CHECK(result.ranks.at(0).status.exit_code == 0);
+    CHECK(result.ranks.at(0).output.find("unauthenticated") != std::string::npos);
+  }
+}

@@ -1,0 +1,148 @@
+// mpprun: a small torchrun for mpp binaries on one node (or one node of several). It spawns the
+// ranks with the variables torchrun sets, echoes their output with a rank prefix, logs it per
+// rank, and turns any rank's failure into the job's failure without leaving processes behind.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mpp/launch/launch.hpp"
+
+namespace {
+
+volatile std::sig_atomic_t stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) { stop_signal = sig; }
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: the launcher's poll() returns at once
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &action, nullptr);
+}
+
+constexpr const char* footer = R"(
+Each rank gets the variables torchrun sets: RANK (= node_rank * nproc_per_node + local_rank),
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK and NODE_RANK, MASTER_ADDR, MASTER_PORT, and
+OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 unless already set. Options go before the program;
+everything from the program on is passed to it unchanged.
+
+Output: each rank's lines are echoed as "[rank<r>]: ..." (stdout to stdout, stderr to stderr) and
+written unprefixed to <log-dir>/rank_<r>/stdout.log and stderr.log.
+
+Failure: when a rank exits non-zero or dies from a signal, the other ranks get SIGTERM, then
+SIGKILL after the grace period (each rank's whole process group, so nothing is left behind);
+mpprun names the rank and its code or signal and exits with that code (128 + signal when killed).
+Exit 124 when --timeout expires, 130 on Ctrl-C (which stops all ranks).
+
+Security: as in PyTorch, the rendezvous store (c10d TCPStore, hosted by rank 0 on MASTER_PORT) is
+unauthenticated. On one host mpp binds it to the loopback interface; across hosts run only on a
+trusted network. Multi-node: start one mpprun per node with the same --nnodes, --master-addr and
+--master-port and its own --node-rank.)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mpprun: start the ranks of an mpp (or any torchrun-style) program on this node\n"
+               "  mpprun [OPTIONS] prog [args...]",
+               "mpprun"};
+  app.footer(footer);
+  app.prefix_command();  // the first positional and everything after it belong to the program
+  app.get_formatter()->column_width(34);
+
+  mpp::launch::WorldLayout layout;
+  std::string log_dir = "logs";
+  int max_restarts = 0;
+  double timeout_s = 0;
+  double grace_s = 3;
+  app.add_option("--nproc-per-node,--nproc_per_node", layout.nproc_per_node,
+                 "Ranks to start on this node")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--nnodes", layout.nnodes, "Number of nodes in the job")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--node-rank,--node_rank", layout.node_rank, "This node's index in [0, nnodes)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--master-addr,--master_addr", layout.master_addr,
+                 "Address of the host running rank 0")
+      ->capture_default_str();
+  app.add_option("--master-port,--master_port", layout.master_port,
+                 "Rendezvous port (default: a free port; required with --nnodes > 1)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--log-dir,--log_dir", log_dir,
+                 "Per-rank logs go to <dir>/rank_<r>/ (empty string: no log files)")
+      ->capture_default_str();
+  app.add_option("--max-restarts,--max_restarts", max_restarts,
+                 "Restart all ranks up to N times after a failure")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--timeout", timeout_s, "Stop all ranks after this many seconds (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--grace-period", grace_s, "Seconds between SIGTERM and SIGKILL when stopping")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  std::vector<std::string> command = app.remaining();
+  if (!command.empty() && command.front() == "--") command.erase(command.begin());
+  if (command.empty()) {
+    std::fprintf(stderr,
+                 "mpprun: no program given; usage: mpprun --nproc-per-node N prog [args...] "
+                 "(see mpprun --help)\n");
+    return 2;
+  }
+
+  install_stop_handlers();
+  const bool port_given = layout.master_port != 0;
+  mpp::launch::LaunchOptions options;
+  options.command = command;
+  options.log_dir = log_dir;
+  options.capture_limit = 0;  // echoed and logged as it comes; nothing to keep in memory
+  options.on_line = mpp::launch::prefixed_console();
+  options.should_stop = [] { return stop_signal != 0; };
+  options.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+  options.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
+  options.max_restarts = max_restarts;
+
+  try {
+    for (int attempt = 0;; ++attempt) {
+      options.layout = layout;
+      if (!port_given) options.layout.master_port = 0;  // a fresh free port for each attempt
+      options.restart_count = attempt;
+      options.append_logs = attempt > 0;
+      const auto result = mpp::launch::launch(options);
+      if (result.ok()) return 0;
+
+      std::string message;
+      if (result.first_failure >= 0) {
+        const auto& failed = result.ranks[result.first_failure];
+        message = "mpprun: rank " + std::to_string(failed.rank) + " (pid " +
+                  std::to_string(failed.pid) + ") " + failed.status.describe() + "\n";
+      } else if (result.timed_out) {
+        message = "mpprun: --timeout of " + std::to_string(timeout_s) + " s expired\n";
+      } else if (result.interrupted) {
+        message = "mpprun: interrupted by signal " + std::to_string(stop_signal) + "\n";
+      }
+      for (const auto& rank : result.ranks)
+        if (rank.local_rank != result.first_failure)
+          message += "mpprun:   " + rank.describe() + "\n";
+      std::fputs(message.c_str(), stderr);
+      if (result.interrupted || stop_signal != 0) return 128 + (stop_signal ? stop_signal : SIGINT);
+      if (attempt >= max_restarts) return result.exit_code();
+      std::fprintf(stderr, "mpprun: restarting all ranks (restart %d of %d)\n", attempt + 1,
+                   max_restarts);
+    }
+  } catch (const mpp::launch::LaunchError& error) {
+    std::fprintf(stderr, "%s\n", error.what());
+    return 2;
+  }
+}
