@@ -25,9 +25,11 @@
 
 #include "loss_curve.hpp"
 #include "mpp/checkpoint/checkpoint.hpp"
+#include "mpp/data_parallel/sampler.hpp"
 #include "mpp/models/char_corpus.hpp"
 #include "mpp/models/tiny_transformer.hpp"
 #include "mpp/models/transformer_config.hpp"
+#include "mpp/util/blas.hpp"
 
 namespace fs = std::filesystem;
 namespace ckpt = mpp::checkpoint;
@@ -40,7 +42,7 @@ struct Options {
   std::optional<int> epochs;
   std::int64_t max_steps = -1;  // stop early (tests, quick looks); -1 runs every epoch
   std::int64_t save_every = 0;
-  std::string resume;           // checkpoint directory, or "latest"
+  std::string resume;  // checkpoint directory, or "latest"
   fs::path out_dir = "runs/tiny_transformer";
   int sample_characters = 160;
   bool quiet = false;
@@ -72,16 +74,26 @@ Options parse_args(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--config") o.config_path = value(i);
-    else if (arg == "--epochs") o.epochs = static_cast<int>(number(i));
-    else if (arg == "--max-steps") o.max_steps = number(i);
-    else if (arg == "--save-every") o.save_every = number(i);
-    else if (arg == "--resume") o.resume = value(i);
-    else if (arg == "--out-dir") o.out_dir = value(i);
-    else if (arg == "--sample") o.sample_characters = static_cast<int>(number(i));
-    else if (arg == "--quiet") o.quiet = true;
-    else if (arg == "--help" || arg == "-h") usage("help");
-    else usage("unknown option " + arg);
+    if (arg == "--config")
+      o.config_path = value(i);
+    else if (arg == "--epochs")
+      o.epochs = static_cast<int>(number(i));
+    else if (arg == "--max-steps")
+      o.max_steps = number(i);
+    else if (arg == "--save-every")
+      o.save_every = number(i);
+    else if (arg == "--resume")
+      o.resume = value(i);
+    else if (arg == "--out-dir")
+      o.out_dir = value(i);
+    else if (arg == "--sample")
+      o.sample_characters = static_cast<int>(number(i));
+    else if (arg == "--quiet")
+      o.quiet = true;
+    else if (arg == "--help" || arg == "-h")
+      usage("help");
+    else
+      usage("unknown option " + arg);
   }
   if (o.epochs && *o.epochs < 1) usage("--epochs needs at least 1");
   return o;
@@ -131,20 +143,27 @@ int main(int argc, char** argv) try {
   TinyTransformerConfig cfg = load_config(opt.config_path);
   if (opt.epochs) cfg.training.epochs = *opt.epochs;
   const auto& train_cfg = cfg.training;
-  const int rank = 0;
+  const int rank = 0, world = 1;
 
   // ---- data ------------------------------------------------------------------------------
   const CharCorpus corpus = make_char_corpus(cfg.data, train_cfg.sequence_length);
+  // Every rank visits its share of one permutation per epoch (drop: equal shares, so no rank
+  // waits on another in a collective); `batch_size` is the global batch.
+  mpp::DistributedSampler sampler(static_cast<std::size_t>(corpus.train.size()), world, rank,
+                                  {true, train_cfg.seed, mpp::Remainder::drop});
   const std::int64_t batch_size = train_cfg.batch_size;
-  const std::int64_t steps_per_epoch = corpus.train.size() / batch_size;  // last partial batch dropped
+  const std::int64_t local_batch = batch_size / world;
+  const std::int64_t steps_per_epoch =
+      static_cast<std::int64_t>(sampler.size()) / local_batch;  // last partial batch dropped
   std::int64_t total_steps = steps_per_epoch * train_cfg.epochs;
   if (opt.max_steps >= 0) total_steps = std::min(total_steps, opt.max_steps);
 
   // ---- model and optimizer -----------------------------------------------------------------
   torch::manual_seed(train_cfg.seed);  // dropout masks
   TinyTransformer model(cfg.model);
-  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(train_cfg.learning_rate)
-                                                         .weight_decay(train_cfg.weight_decay));
+  torch::optim::AdamW optimizer(
+      model->parameters(),
+      torch::optim::AdamWOptions(train_cfg.learning_rate).weight_decay(train_cfg.weight_decay));
   std::int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
 
@@ -163,9 +182,10 @@ int main(int argc, char** argv) try {
       std::ifstream latest(checkpoint_root / "latest");
       std::string name;
       if (!(latest >> name))
-        throw ckpt::CheckpointError("mpp: --resume latest: no checkpoint recorded in " +
-                                    (checkpoint_root / "latest").string() +
-                                    "; run with --save-every N first or pass a checkpoint directory");
+        throw ckpt::CheckpointError(
+            "mpp: --resume latest: no checkpoint recorded in " +
+            (checkpoint_root / "latest").string() +
+            "; run with --save-every N first or pass a checkpoint directory");
       dir = checkpoint_root / name;
     }
     const auto loaded = ckpt::read_checkpoint(dir);
@@ -174,9 +194,10 @@ int main(int argc, char** argv) try {
                               dir.string());
     auto state = loaded.files.find("state.pt");
     if (state == loaded.files.end())
-      throw ckpt::CheckpointError("mpp: refusing checkpoint " + dir.string() +
-                                  ": it has no state.pt (a pipeline checkpoint?); resume it with the "
-                                  "same parallel layout it was written with");
+      throw ckpt::CheckpointError(
+          "mpp: refusing checkpoint " + dir.string() +
+          ": it has no state.pt (a pipeline checkpoint?); resume it with the "
+          "same parallel layout it was written with");
     ckpt::restore_training_state(state->second, *model, optimizer, dir.string());
     progress = ckpt::progress_from(loaded.manifest);
     elapsed_before = loaded.manifest.value("elapsed_seconds", 0.0);
@@ -185,22 +206,26 @@ int main(int argc, char** argv) try {
                 static_cast<long long>(progress.step), static_cast<long long>(progress.epoch + 1),
                 static_cast<long long>(progress.position));
   }
-  std::ofstream train_log(log_dir / "train.log", progress.step > 0 ? std::ios::app : std::ios::trunc);
-  if (progress.step == 0) train_log << "# step loss samples_per_s time_s\n";
-  else train_log << "# resumed at step " << progress.step << '\n';
+  std::ofstream train_log(log_dir / "train.log",
+                          progress.step > 0 ? std::ios::app : std::ios::trunc);
+  if (progress.step == 0)
+    train_log << "# step loss samples_per_s time_s\n";
+  else
+    train_log << "# resumed at step " << progress.step << '\n';
 
   const double baseline = std::log(static_cast<double>(cfg.model.vocab_size));
+  if (rank == 0 && !opt.quiet) mpp::util::print_blas_report(1);
   if (rank == 0 && !opt.quiet)
-    std::printf("tiny transformer: %d blocks, hidden %lld, %lld heads, %lld parameters; %lld train / "
-                "%lld validation sequences of %lld characters; %lld steps per epoch; uniform "
-                "baseline ln(%lld) = %.3f\n",
-                cfg.model.num_hidden_layers, static_cast<long long>(cfg.model.hidden_size),
-                static_cast<long long>(cfg.model.num_attention_heads),
-                static_cast<long long>(parameters), static_cast<long long>(corpus.train.size()),
-                static_cast<long long>(corpus.validation.size()),
-                static_cast<long long>(train_cfg.sequence_length),
-                static_cast<long long>(steps_per_epoch), static_cast<long long>(cfg.model.vocab_size),
-                baseline);
+    std::printf(
+        "tiny transformer: %d blocks, hidden %lld, %lld heads, %lld parameters; %lld train / "
+        "%lld validation sequences of %lld characters; %lld steps per epoch; uniform "
+        "baseline ln(%lld) = %.3f\n",
+        cfg.model.num_hidden_layers, static_cast<long long>(cfg.model.hidden_size),
+        static_cast<long long>(cfg.model.num_attention_heads), static_cast<long long>(parameters),
+        static_cast<long long>(corpus.train.size()),
+        static_cast<long long>(corpus.validation.size()),
+        static_cast<long long>(train_cfg.sequence_length), static_cast<long long>(steps_per_epoch),
+        static_cast<long long>(cfg.model.vocab_size), baseline);
 
   auto save = [&](const ckpt::Progress& at, double elapsed) {
     const std::string name = "step_" + std::to_string(at.step);
@@ -220,19 +245,23 @@ int main(int argc, char** argv) try {
   model->train();
   std::int64_t step = progress.step;
   double last_loss = baseline;
-  for (std::int64_t epoch = progress.epoch; epoch < train_cfg.epochs && step < total_steps; ++epoch) {
-    const auto order = epoch_order(corpus.train.size(), train_cfg.seed, static_cast<int>(epoch));
+  for (std::int64_t epoch = progress.epoch; epoch < train_cfg.epochs && step < total_steps;
+       ++epoch) {
+    sampler.set_epoch(static_cast<std::uint64_t>(epoch));
+    const auto order = sampler.indices();
     const std::int64_t first = epoch == progress.epoch ? progress.position : 0;
-    for (std::int64_t position = first; position < steps_per_epoch && step < total_steps; ++position) {
+    for (std::int64_t position = first; position < steps_per_epoch && step < total_steps;
+         ++position) {
       const auto t0 = std::chrono::steady_clock::now();
-      std::vector<std::int64_t> indices(order.begin() + position * batch_size,
-                                        order.begin() + (position + 1) * batch_size);
+      std::vector<std::int64_t> indices(order.begin() + position * local_batch,
+                                        order.begin() + (position + 1) * local_batch);
       const auto batch = corpus.train.batch(indices);
 
       auto loss = language_model_loss(model->forward(batch.inputs), batch.targets);
       optimizer.zero_grad();
       loss.backward();
-      if (train_cfg.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), train_cfg.grad_clip);
+      if (train_cfg.grad_clip > 0)
+        torch::nn::utils::clip_grad_norm_(model->parameters(), train_cfg.grad_clip);
       optimizer.step();
 
       ++step;
@@ -246,12 +275,15 @@ int main(int argc, char** argv) try {
       metrics.push_back(row);
 
       if (step % train_cfg.log_every == 0 || row.validation_loss)
-        train_log << step << ' ' << last_loss << ' ' << samples_per_second << ' ' << elapsed << std::endl;
+        train_log << step << ' ' << last_loss << ' ' << samples_per_second << ' ' << elapsed
+                  << std::endl;
       if (!opt.quiet)
-        show_progress(tty, step, total_steps, epoch, train_cfg.epochs, last_loss, samples_per_second,
+        show_progress(tty, step, total_steps, epoch, train_cfg.epochs, last_loss,
+                      samples_per_second,
                       step % (train_cfg.eval_every) == 0 || step == total_steps);
       if (row.validation_loss && !tty && !opt.quiet)
-        std::printf("  step %lld validation loss %.4f\n", static_cast<long long>(step), *row.validation_loss);
+        std::printf("  step %lld validation loss %.4f\n", static_cast<long long>(step),
+                    *row.validation_loss);
 
       if (opt.save_every > 0 && step % opt.save_every == 0) {
         ckpt::Progress at{step, epoch, position + 1};
@@ -272,11 +304,13 @@ int main(int argc, char** argv) try {
   double final_validation = std::nan("");
   for (const auto& r : metrics)
     if (r.validation_loss) final_validation = *r.validation_loss;
-  std::printf("done: %lld steps in %.1f s this run; last train loss %.4f, validation loss %.4f "
-              "(uniform baseline %.3f)\n",
-              static_cast<long long>(step), seconds, last_loss, final_validation, baseline);
+  std::printf(
+      "done: %lld steps in %.1f s this run; last train loss %.4f, validation loss %.4f "
+      "(uniform baseline %.3f)\n",
+      static_cast<long long>(step), seconds, last_loss, final_validation, baseline);
   std::printf("wrote %s, %s, %s\n", (opt.out_dir / "metrics.csv").string().c_str(),
-              (opt.out_dir / "loss_curve.svg").string().c_str(), (log_dir / "train.log").string().c_str());
+              (opt.out_dir / "loss_curve.svg").string().c_str(),
+              (log_dir / "train.log").string().c_str());
   if (opt.sample_characters > 0) {
     const auto text = CharTokenizer::decode(
         greedy_generate(model, CharTokenizer::encode("the "), opt.sample_characters));

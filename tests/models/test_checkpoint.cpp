@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mpp/checkpoint/checkpoint.hpp"
+#include "mpp/data_parallel/sampler.hpp"
 #include "mpp/models/char_corpus.hpp"
 #include "mpp/models/tiny_transformer.hpp"
 
@@ -62,7 +63,10 @@ struct Run {
     const auto batch = cfg.training.batch_size;
     const auto per_epoch = corpus.train.size() / batch;
     for (int i = 0; i < steps; ++i) {
-      const auto order = epoch_order(corpus.train.size(), cfg.training.seed, static_cast<int>(progress.epoch));
+      mpp::DistributedSampler sampler(static_cast<std::size_t>(corpus.train.size()), 1, 0,
+                                      {true, cfg.training.seed, mpp::Remainder::drop});
+      sampler.set_epoch(static_cast<std::uint64_t>(progress.epoch));
+      const auto order = sampler.indices();
       std::vector<std::int64_t> idx(order.begin() + progress.position * batch,
                                     order.begin() + (progress.position + 1) * batch);
       auto b = corpus.train.batch(idx);
@@ -85,7 +89,8 @@ struct Run {
 
   void resume(const fs::path& dir) {
     const auto loaded = ckpt::read_checkpoint(dir);
-    ckpt::check_same_settings(loaded.manifest.at("config"), to_json(cfg), {"training.epochs"}, dir.string());
+    ckpt::check_same_settings(loaded.manifest.at("config"), to_json(cfg), {"training.epochs"},
+                              dir.string());
     ckpt::restore_training_state(loaded.files.at("state.pt"), *model, optimizer, dir.string());
     progress = ckpt::progress_from(loaded.manifest);
   }
@@ -157,7 +162,8 @@ TEST_CASE("checkpoint: a resumed run continues the same loss curve bit for bit")
   const auto tail = second.train(4);
   CHECK(std::vector<double>(reference.begin() + 4, reference.end()) == tail);
   for (const auto& item : whole.model->named_parameters())
-    CHECK_MESSAGE(torch::equal(item.value(), second.model->named_parameters()[item.key()]), item.key());
+    CHECK_MESSAGE(torch::equal(item.value(), second.model->named_parameters()[item.key()]),
+                  item.key());
   fs::remove_all(dir);
 }
 
@@ -171,7 +177,8 @@ TEST_CASE("checkpoint: Python's torch.load opens the state file and sees the sam
 
   if (!fs::exists("/usr/bin/python3") ||
       run_command("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1").first != 0) {
-    MESSAGE("SKIPPED: /usr/bin/python3 with torch is not installed (apt-get install python3-torch)");
+    MESSAGE(
+        "SKIPPED: /usr/bin/python3 with torch is not installed (apt-get install python3-torch)");
     return;
   }
   const fs::path script = dir / "load.py";
@@ -187,11 +194,12 @@ print(torch.__version__.split('+')[0][:4], s['step'], s['epoch'], s['position'],
       '%.9e' % s['optimizer']['embed.token.weight.exp_avg'].double().abs().sum().item(),
       s['optimizer']['embed.token.weight.step'].item(), s['rng']['cpu'].dtype, len(s['model']))
 )";
-  const auto [status, out] = run_command("/usr/bin/python3 " + script.string() + " " + (dir / "ckpt").string());
+  const auto [status, out] =
+      run_command("/usr/bin/python3 " + script.string() + " " + (dir / "ckpt").string());
   REQUIRE_MESSAGE(status == 0, out);
   const auto params = run.model->named_parameters();
-  const auto& opt_state = static_cast<torch::optim::AdamWParamState&>(
-      *run.optimizer.state().at(c10::guts::to_string(params["embed.token.weight"].unsafeGetTensorImpl())));
+  const auto& opt_state = static_cast<torch::optim::AdamWParamState&>(*run.optimizer.state().at(
+      c10::guts::to_string(params["embed.token.weight"].unsafeGetTensorImpl())));
   std::istringstream fields(out);
   std::string version, shape0, shape1, dtype;
   std::int64_t step = -1, epoch = -1, position = -1, opt_step = -1;
@@ -204,15 +212,20 @@ print(torch.__version__.split('+')[0][:4], s['step'], s['epoch'], s['position'],
   CHECK(epoch == 0);
   CHECK(position == 2);
   CHECK(shape0 + shape1 == "[48,16]");
-  CHECK(weight_sum == doctest::Approx(params["blocks.0.attn.qkv.weight"].to(torch::kDouble).sum().item<double>()).epsilon(1e-9));
-  CHECK(exp_avg_sum == doctest::Approx(opt_state.exp_avg().to(torch::kDouble).abs().sum().item<double>()).epsilon(1e-9));
+  CHECK(weight_sum ==
+        doctest::Approx(params["blocks.0.attn.qkv.weight"].to(torch::kDouble).sum().item<double>())
+            .epsilon(1e-9));
+  CHECK(exp_avg_sum ==
+        doctest::Approx(opt_state.exp_avg().to(torch::kDouble).abs().sum().item<double>())
+            .epsilon(1e-9));
   CHECK(opt_step == 2);
   CHECK(dtype == "torch.uint8");
   CHECK(count == params.size());
   fs::remove_all(dir);
 }
 
-TEST_CASE("checkpoint: truncated, corrupt, incomplete and mismatched checkpoints are refused whole") {
+TEST_CASE(
+    "checkpoint: truncated, corrupt, incomplete and mismatched checkpoints are refused whole") {
   const auto cfg = tiny_config();
   const auto dir = scratch_dir("corrupt");
   torch::manual_seed(cfg.training.seed);
@@ -230,8 +243,9 @@ TEST_CASE("checkpoint: truncated, corrupt, incomplete and mismatched checkpoints
     const auto bad = copy("truncated");
     fs::resize_file(bad / "state.pt", state_size / 2);
     const auto msg = refusal([&] { ckpt::read_checkpoint(bad); });
-    CHECK(msg.find("state.pt has " + std::to_string(state_size / 2) + " bytes but the manifest says " +
-                   std::to_string(state_size) + " (truncated") != std::string::npos);
+    CHECK(msg.find("state.pt has " + std::to_string(state_size / 2) +
+                   " bytes but the manifest says " + std::to_string(state_size) + " (truncated") !=
+          std::string::npos);
   }
   SUBCASE("one flipped byte") {
     const auto bad = copy("flipped");
@@ -242,12 +256,14 @@ TEST_CASE("checkpoint: truncated, corrupt, incomplete and mismatched checkpoints
     f.seekp(static_cast<std::streamoff>(state_size / 2));
     f.put(static_cast<char>(c ^ 0x10));
     f.close();
-    CHECK(refusal([&] { ckpt::read_checkpoint(bad); }).find("fails its CRC-32 check") != std::string::npos);
+    CHECK(refusal([&] { ckpt::read_checkpoint(bad); }).find("fails its CRC-32 check") !=
+          std::string::npos);
   }
   SUBCASE("a save that never finished: no manifest") {
     const auto bad = copy("unfinished");
     fs::remove(bad / "manifest.json");
-    CHECK(refusal([&] { ckpt::read_checkpoint(bad); }).find("manifest.json is missing") != std::string::npos);
+    CHECK(refusal([&] { ckpt::read_checkpoint(bad); }).find("manifest.json is missing") !=
+          std::string::npos);
   }
   SUBCASE("a manifest cut short") {
     const auto bad = copy("manifest_cut");
@@ -255,19 +271,24 @@ TEST_CASE("checkpoint: truncated, corrupt, incomplete and mismatched checkpoints
     CHECK(refusal([&] { ckpt::read_checkpoint(bad); }).find("manifest.json is not valid JSON") !=
           std::string::npos);
   }
-  SUBCASE("another architecture: refused by the config check and by the tensor check, model untouched") {
+  SUBCASE(
+      "another architecture: refused by the config check and by the tensor check, model "
+      "untouched") {
     const auto loaded = ckpt::read_checkpoint(dir / "good");
     auto wider = tiny_config(32);
     CHECK(refusal([&] {
             ckpt::check_same_settings(loaded.manifest.at("config"), to_json(wider), {}, "good");
-          }).find("written with model.hidden_size = 16 but the config says 32") != std::string::npos);
+          }).find("written with model.hidden_size = 16 but the config says 32") !=
+          std::string::npos);
     Run target(wider);
     const auto before = snapshot(*target.model);
     const auto msg = refusal([&] {
-      ckpt::restore_training_state(loaded.files.at("state.pt"), *target.model, target.optimizer, "good");
+      ckpt::restore_training_state(loaded.files.at("state.pt"), *target.model, target.optimizer,
+                                   "good");
     });
     CHECK(msg.find("refusing checkpoint good: parameter") != std::string::npos);
-    CHECK(msg.find("parameter blocks.0.attn.proj.bias is Float [16] in the checkpoint but Float [32] in the model") != std::string::npos);
+    CHECK(msg.find("parameter blocks.0.attn.proj.bias is Float [16] in the checkpoint but Float "
+                   "[32] in the model") != std::string::npos);
     CHECK(same(before, *target.model));
     CHECK(target.optimizer.state().empty());
   }
@@ -278,7 +299,8 @@ TEST_CASE("checkpoint: truncated, corrupt, incomplete and mismatched checkpoints
     Run target(deeper);
     const auto before = snapshot(*target.model);
     CHECK(refusal([&] {
-            ckpt::restore_training_state(loaded.files.at("state.pt"), *target.model, target.optimizer, "good");
+            ckpt::restore_training_state(loaded.files.at("state.pt"), *target.model,
+                                         target.optimizer, "good");
           }).find("parameter blocks.1.attn.proj.bias is missing") != std::string::npos);
     CHECK(same(before, *target.model));  // blocks.0 matched but was not copied either
   }
@@ -291,7 +313,8 @@ TEST_CASE("checkpoint: truncated, corrupt, incomplete and mismatched checkpoints
     const auto before = snapshot(*target.model);
     const auto loaded = ckpt::read_checkpoint(dir / "deep");
     CHECK(refusal([&] {
-            ckpt::restore_training_state(loaded.files.at("state.pt"), *target.model, target.optimizer, "deep");
+            ckpt::restore_training_state(loaded.files.at("state.pt"), *target.model,
+                                         target.optimizer, "deep");
           }).find("the checkpoint has parameter blocks.1.") != std::string::npos);
     CHECK(same(before, *target.model));
   }

@@ -76,8 +76,9 @@ inline void write_bytes(const std::filesystem::path& path, const std::vector<cha
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();
-  if (!out) throw CheckpointError("mpp: cannot write checkpoint file " + path.string() +
-                                  " (disk full or no permission?)");
+  if (!out)
+    throw CheckpointError("mpp: cannot write checkpoint file " + path.string() +
+                          " (disk full or no permission?)");
 }
 
 /// LibTorch's optimizers key per-parameter state by the printed TensorImpl address.
@@ -85,7 +86,9 @@ inline std::string state_key(const torch::Tensor& param) {
   return c10::guts::to_string(param.unsafeGetTensorImpl());
 }
 
-inline std::string dtype_name(const torch::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
+inline std::string dtype_name(const torch::Tensor& t) {
+  return std::string(c10::toString(t.scalar_type()));
+}
 
 inline nlohmann::json tensor_entry(const torch::Tensor& t) {
   return {{"shape", t.sizes().vec()}, {"dtype", dtype_name(t)}};
@@ -109,7 +112,9 @@ inline void write_checkpoint(const std::filesystem::path& dir, const std::vector
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
-  if (ec) throw CheckpointError("mpp: cannot create checkpoint directory " + tmp.string() + ": " + ec.message());
+  if (ec)
+    throw CheckpointError("mpp: cannot create checkpoint directory " + tmp.string() + ": " +
+                          ec.message());
   nlohmann::json manifest = meta;
   manifest["format"] = format_name;
   manifest["files"] = nlohmann::json::object();
@@ -131,8 +136,8 @@ inline void write_checkpoint(const std::filesystem::path& dir, const std::vector
         root.insert(key, value.get<std::int64_t>());
     const std::vector<char> bytes = torch::pickle_save(root);
     detail::write_bytes(tmp / file.name, bytes);
-    manifest["files"][file.name] = {{"bytes", bytes.size()}, {"crc32", detail::crc32(bytes)},
-                                    {"tensors", tensors}};
+    manifest["files"][file.name] = {
+        {"bytes", bytes.size()}, {"crc32", detail::crc32(bytes)}, {"tensors", tensors}};
   }
   {
     std::ofstream out(tmp / "manifest.json");
@@ -142,7 +147,9 @@ inline void write_checkpoint(const std::filesystem::path& dir, const std::vector
   }
   fs::remove_all(dir, ec);
   fs::rename(tmp, dir, ec);
-  if (ec) throw CheckpointError("mpp: cannot move checkpoint into place at " + dir.string() + ": " + ec.message());
+  if (ec)
+    throw CheckpointError("mpp: cannot move checkpoint into place at " + dir.string() + ": " +
+                          ec.message());
 }
 
 /// A checkpoint read and verified: manifest plus each file's tensors by group.
@@ -158,8 +165,7 @@ inline LoadedCheckpoint read_checkpoint(const std::filesystem::path& dir) {
   const fs::path manifest_path = dir / "manifest.json";
   const std::string refuse = "mpp: refusing checkpoint " + dir.string() + ": ";
   const std::string fix = "; resume from another checkpoint or start a fresh run";
-  if (!fs::is_directory(dir))
-    throw CheckpointError(refuse + "no such directory" + fix);
+  if (!fs::is_directory(dir)) throw CheckpointError(refuse + "no such directory" + fix);
   if (!fs::exists(manifest_path))
     throw CheckpointError(refuse + "manifest.json is missing (the save did not finish)" + fix);
   LoadedCheckpoint loaded;
@@ -195,8 +201,7 @@ inline LoadedCheckpoint read_checkpoint(const std::filesystem::path& dir) {
     } catch (const std::exception& e) {
       throw CheckpointError(refuse + name + " cannot be decoded: " + e.what() + fix);
     }
-    if (!root.isGenericDict())
-      throw CheckpointError(refuse + name + " does not hold a dict" + fix);
+    if (!root.isGenericDict()) throw CheckpointError(refuse + name + " does not hold a dict" + fix);
     StateFile file{name, {}};
     nlohmann::json seen = nlohmann::json::object();
     for (const auto& item : root.toGenericDict()) {
@@ -210,7 +215,8 @@ inline LoadedCheckpoint read_checkpoint(const std::filesystem::path& dir) {
       }
     }
     if (seen != entry.at("tensors"))
-      throw CheckpointError(refuse + name + " holds tensors that differ from its manifest entry" + fix);
+      throw CheckpointError(refuse + name + " holds tensors that differ from its manifest entry" +
+                            fix);
     loaded.files.emplace(name, std::move(file));
   }
   return loaded;
@@ -261,8 +267,9 @@ inline void set_cpu_rng_state(const torch::Tensor& state) {
 inline void restore_training_state(const StateFile& file, torch::nn::Module& model,
                                    torch::optim::AdamW& optimizer, const std::string& origin) {
   const std::string refuse = "mpp: refusing checkpoint " + origin + ": ";
-  const std::string fix = "; it was written for a different model -- use the config it was "
-                          "written with, or start a fresh run";
+  const std::string fix =
+      "; it was written for a different model -- use the config it was "
+      "written with, or start a fresh run";
   auto group = [&](const char* name) -> const std::map<std::string, torch::Tensor>& {
     auto it = file.groups.find(name);
     if (it == file.groups.end())
@@ -274,10 +281,11 @@ inline void restore_training_state(const StateFile& file, torch::nn::Module& mod
   const auto current = model_tensors(model);
   for (const auto& [name, tensor] : current) {
     auto it = saved.find(name);
-    if (it == saved.end()) throw CheckpointError(refuse + "parameter " + name + " is missing" + fix);
+    if (it == saved.end())
+      throw CheckpointError(refuse + "parameter " + name + " is missing" + fix);
     if (it->second.sizes() != tensor.sizes() || it->second.scalar_type() != tensor.scalar_type())
-      throw CheckpointError(refuse + "parameter " + name + " is " + detail::dtype_name(it->second) + " " +
-                            c10::str(it->second.sizes()) + " in the checkpoint but " +
+      throw CheckpointError(refuse + "parameter " + name + " is " + detail::dtype_name(it->second) +
+                            " " + c10::str(it->second.sizes()) + " in the checkpoint but " +
                             detail::dtype_name(tensor) + " " + c10::str(tensor.sizes()) +
                             " in the model" + fix);
   }
@@ -301,7 +309,8 @@ inline void restore_training_state(const StateFile& file, torch::nn::Module& mod
     ++with_state;
   }
   if (with_state * 3 != saved_opt.size())
-    throw CheckpointError(refuse + "the optimizer state names parameters the model does not have" + fix);
+    throw CheckpointError(refuse + "the optimizer state names parameters the model does not have" +
+                          fix);
   auto rng = file.groups.find("rng");
   if (rng != file.groups.end()) {
     auto it = rng->second.find("cpu");
@@ -344,15 +353,17 @@ inline StateFile training_state_file(const torch::nn::Module& model, torch::opti
 /// `free_keys` ("section.key"), naming the first difference. Resuming with another batch size,
 /// seed or architecture would not continue the same run.
 inline void check_same_settings(const nlohmann::json& recorded, const nlohmann::json& current,
-                                const std::vector<std::string>& free_keys, const std::string& origin) {
+                                const std::vector<std::string>& free_keys,
+                                const std::string& origin) {
   for (const auto& [section, values] : current.items()) {
     for (const auto& [key, value] : values.items()) {
       const std::string name = section + "." + key;
       if (std::find(free_keys.begin(), free_keys.end(), name) != free_keys.end()) continue;
       const bool has = recorded.contains(section) && recorded[section].contains(key);
       if (!has || recorded[section][key] != value)
-        throw CheckpointError("mpp: refusing checkpoint " + origin + ": it was written with " + name +
-                              " = " + (has ? recorded[section][key].dump() : std::string("(unset)")) +
+        throw CheckpointError("mpp: refusing checkpoint " + origin + ": it was written with " +
+                              name + " = " +
+                              (has ? recorded[section][key].dump() : std::string("(unset)")) +
                               " but the config says " + value.dump() +
                               "; resume with the config the run started with (its values are in "
                               "manifest.json) or start a fresh run");

@@ -10,8 +10,6 @@
 // same on every platform and every rank.
 #include <torch/types.h>
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <array>
 #include <cstdint>
 #include <stdexcept>
@@ -85,7 +83,7 @@ struct Noun {
 inline void append_noun_phrase(std::string& out, SplitMix64& rng, bool plural) {
   static constexpr std::array<std::string_view, 4> singular_det{"the", "a", "one", "my"};
   static constexpr std::array<std::string_view, 4> plural_det{"the", "some", "two", "my"};
-  static constexpr std::array<std::string_view, 8> adjectives{"small", "big",   "red",  "old",
+  static constexpr std::array<std::string_view, 8> adjectives{"small", "big",   "red",   "old",
                                                               "happy", "quiet", "green", "lazy"};
   static constexpr std::array<Noun, 8> nouns{{{"cat", "cats"},
                                               {"dog", "dogs"},
@@ -112,7 +110,8 @@ inline void append_sentence(std::string& out, SplitMix64& rng) {
                                               {"follows", "follow"},
                                               {"chases", "chase"},
                                               {"helps", "help"}}};
-  static constexpr std::array<std::string_view, 5> places{"river", "house", "tree", "garden", "road"};
+  static constexpr std::array<std::string_view, 5> places{"river", "house", "tree", "garden",
+                                                          "road"};
   const bool plural_subject = rng.below(2) == 0;
   append_noun_phrase(out, rng, plural_subject);
   out += ' ';
@@ -152,7 +151,8 @@ class TokenWindows {
   TokenWindows(const std::string& text, std::int64_t sequence_length)
       : tokens_(torch::tensor(CharTokenizer::encode(text), torch::kLong)),
         sequence_length_(sequence_length) {
-    if (sequence_length < 1) throw std::invalid_argument("mpp: TokenWindows needs sequence_length >= 1");
+    if (sequence_length < 1)
+      throw std::invalid_argument("mpp: TokenWindows needs sequence_length >= 1");
   }
 
   std::int64_t size() const { return (tokens_.numel() - 1) / sequence_length_; }
@@ -172,7 +172,8 @@ class TokenWindows {
     auto offsets = torch::arange(sequence_length_ + 1, torch::kLong);
     auto rows = tokens_.index({(starts * sequence_length_).unsqueeze(1) + offsets.unsqueeze(0)});
     using torch::indexing::Slice;
-    return {rows.index({Slice(), Slice(0, sequence_length_)}), rows.index({Slice(), Slice(1, None)})};
+    return {rows.index({Slice(), Slice(0, sequence_length_)}),
+            rows.index({Slice(), Slice(1, None)})};
   }
 
   /// Consecutive examples [begin, end): for validation passes.
@@ -204,15 +205,8 @@ inline CharCorpus make_char_corpus(const DataConfig& data, std::int64_t sequence
   std::string validation_text = all.substr(static_cast<std::size_t>(data.train_characters));
   TokenWindows train(train_text, sequence_length);
   TokenWindows validation(validation_text, sequence_length);
-  return {std::move(train_text), std::move(validation_text), std::move(train), std::move(validation)};
-}
-
-/// The order in which one process visits the training examples in `epoch`: a permutation
-/// seeded by (seed, epoch), the same rule as torch.utils.data.DistributedSampler on one rank.
-inline std::vector<std::int64_t> epoch_order(std::int64_t examples, std::uint64_t seed, int epoch) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + static_cast<std::uint64_t>(epoch));
-  auto perm = torch::randperm(examples, gen, torch::kLong);
-  return {perm.data_ptr<std::int64_t>(), perm.data_ptr<std::int64_t>() + examples};
+  return {std::move(train_text), std::move(validation_text), std::move(train),
+          std::move(validation)};
 }
 
 }  // namespace mpp::models

@@ -39,7 +39,9 @@
 namespace mpp::models {
 
 /// Number of parts of the chain: embedding, one per block, head.
-inline int num_parts(const TransformerConfig& cfg) { return cfg.num_hidden_layers + 2; }
+inline int num_parts(const TransformerConfig& cfg) {
+  return cfg.num_hidden_layers + 2;
+}
 
 /// The name a part's parameters are prefixed with, in the whole model and in any stage.
 inline std::string part_name(const TransformerConfig& cfg, int part) {
@@ -73,9 +75,10 @@ class EmbeddingPartImpl : public torch::nn::Module {
 
   torch::Tensor forward(const torch::Tensor& tokens) {
     if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong)
-      throw std::invalid_argument("mpp: TinyTransformer's embedding takes int64 tokens [batch, time] "
-                                  "(got " + std::string(tokens.toString()) + " of dim " +
-                                  std::to_string(tokens.dim()) + ")");
+      throw std::invalid_argument(
+          "mpp: TinyTransformer's embedding takes int64 tokens [batch, time] "
+          "(got " +
+          std::string(tokens.toString()) + " of dim " + std::to_string(tokens.dim()) + ")");
     const auto time = tokens.size(1);
     if (time > max_positions_)
       throw std::invalid_argument("mpp: sequence of " + std::to_string(time) +
@@ -125,7 +128,8 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
     auto weights = F::dropout(torch::softmax(scores, -1),
                               F::DropoutFuncOptions().p(dropout_).training(is_training()));
     auto y = weights.matmul(v).transpose(1, 2).reshape({batch, time, hidden});
-    return F::dropout(proj->forward(y), F::DropoutFuncOptions().p(dropout_).training(is_training()));
+    return F::dropout(proj->forward(y),
+                      F::DropoutFuncOptions().p(dropout_).training(is_training()));
   }
 
   torch::nn::Linear qkv;
@@ -147,8 +151,7 @@ class TransformerBlockImpl : public torch::nn::Module {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(detail::layer_seed(cfg.seed, part));
     // Residual projections scaled by 1/sqrt(2N) keep the residual stream's variance flat in depth.
     const double residual_std = cfg.initializer_range / std::sqrt(2.0 * cfg.num_hidden_layers);
-    const auto ln_options =
-        torch::nn::LayerNormOptions({cfg.hidden_size}).eps(cfg.layer_norm_eps);
+    const auto ln_options = torch::nn::LayerNormOptions({cfg.hidden_size}).eps(cfg.layer_norm_eps);
     ln1 = register_module("ln1", torch::nn::LayerNorm(ln_options));
     attn = register_module("attn", CausalSelfAttention(cfg, gen, residual_std));
     ln2 = register_module("ln2", torch::nn::LayerNorm(ln_options));
@@ -184,13 +187,15 @@ TORCH_MODULE(TransformerBlock);
 class LmHeadImpl : public torch::nn::Module {
  public:
   explicit LmHeadImpl(const TransformerConfig& cfg)
-      : ln(register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden_size})
-                                                          .eps(cfg.layer_norm_eps)))),
+      : ln(register_module(
+            "ln", torch::nn::LayerNorm(
+                      torch::nn::LayerNormOptions({cfg.hidden_size}).eps(cfg.layer_norm_eps)))),
         lm_head(register_module(
             "lm_head",
-            torch::nn::Linear(torch::nn::LinearOptions(cfg.hidden_size, cfg.vocab_size).bias(false)))) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(
-        detail::layer_seed(cfg.seed, num_parts(cfg) - 1));
+            torch::nn::Linear(
+                torch::nn::LinearOptions(cfg.hidden_size, cfg.vocab_size).bias(false)))) {
+    auto gen =
+        at::make_generator<at::CPUGeneratorImpl>(detail::layer_seed(cfg.seed, num_parts(cfg) - 1));
     detail::init_normal(lm_head->weight, cfg.initializer_range, gen);
   }
 
@@ -228,7 +233,8 @@ class TinyTransformerImpl : public torch::nn::Module {
       } else {
         if (!blocks_) blocks_ = register_module("blocks", detail::BlockList());
         const std::string index = std::to_string(part - 1);
-        chain_->push_back("block" + index, blocks_->register_module(index, TransformerBlock(cfg, part)));
+        chain_->push_back("block" + index,
+                          blocks_->register_module(index, TransformerBlock(cfg, part)));
       }
     }
   }
@@ -256,12 +262,14 @@ class TinyTransformerImpl : public torch::nn::Module {
 TORCH_MODULE(TinyTransformer);
 
 /// Parts [begin, end) as a Sequential, for code that drives stages as plain Sequentials.
-inline torch::nn::Sequential make_transformer_parts(const TransformerConfig& cfg, int begin, int end) {
+inline torch::nn::Sequential make_transformer_parts(const TransformerConfig& cfg, int begin,
+                                                    int end) {
   return TinyTransformer(cfg, begin, end)->as_sequential();
 }
 
 /// Mean next-token cross-entropy of logits [B, T, V] against targets [B, T].
-inline torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+inline torch::Tensor language_model_loss(const torch::Tensor& logits,
+                                         const torch::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                               targets.reshape({-1}));
 }
@@ -271,8 +279,9 @@ inline torch::Tensor language_model_loss(const torch::Tensor& logits, const torc
 inline std::vector<std::int64_t> greedy_generate(TinyTransformer& model,
                                                  std::vector<std::int64_t> prompt, int new_tokens) {
   if (!model->has_embedding() || !model->has_head())
-    throw std::invalid_argument("mpp: greedy_generate needs the whole TinyTransformer (embedding "
-                                "and head); gather the stages first");
+    throw std::invalid_argument(
+        "mpp: greedy_generate needs the whole TinyTransformer (embedding "
+        "and head); gather the stages first");
   if (prompt.empty()) throw std::invalid_argument("mpp: greedy_generate needs a non-empty prompt");
   const bool was_training = model->is_training();
   model->eval();
@@ -280,7 +289,8 @@ inline std::vector<std::int64_t> greedy_generate(TinyTransformer& model,
   const auto window = static_cast<std::size_t>(model->config().max_position_embeddings);
   for (int i = 0; i < new_tokens; ++i) {
     const std::size_t start = prompt.size() > window ? prompt.size() - window : 0;
-    std::vector<std::int64_t> context(prompt.begin() + static_cast<std::ptrdiff_t>(start), prompt.end());
+    std::vector<std::int64_t> context(prompt.begin() + static_cast<std::ptrdiff_t>(start),
+                                      prompt.end());
     auto input = torch::tensor(context, torch::kLong).unsqueeze(0);
     auto logits = model->forward(input);
     prompt.push_back(logits[0][-1].argmax().item<std::int64_t>());

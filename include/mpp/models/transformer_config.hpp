@@ -49,7 +49,7 @@ struct TransformerConfig {
 struct TrainingConfig {
   double learning_rate = 3e-3;
   double weight_decay = 0.01;
-  double grad_clip = 1.0;  // max global gradient norm, 0 turns clipping off
+  double grad_clip = 1.0;        // max global gradient norm, 0 turns clipping off
   std::int64_t batch_size = 32;  // global batch: DDP splits it across ranks
   std::int64_t sequence_length = 64;
   int epochs = 2;
@@ -241,38 +241,41 @@ inline TinyTransformerConfig parse_config(const nlohmann::json& root,
 
   // Combinations: each message says which keys disagree and how to reconcile them.
   if (m.hidden_size % m.num_attention_heads != 0)
-    model.fail("model.hidden_size", "(" + std::to_string(m.hidden_size) +
-                   ") is not divisible by model.num_attention_heads (" +
-                   std::to_string(m.num_attention_heads) + ")",
-               "every head gets hidden_size / num_attention_heads channels; pick e.g. hidden_size " +
-                   std::to_string((m.hidden_size / m.num_attention_heads + 1) * m.num_attention_heads) +
-                   " or a head count that divides " + std::to_string(m.hidden_size));
+    model.fail(
+        "model.hidden_size",
+        "(" + std::to_string(m.hidden_size) + ") is not divisible by model.num_attention_heads (" +
+            std::to_string(m.num_attention_heads) + ")",
+        "every head gets hidden_size / num_attention_heads channels; pick e.g. hidden_size " +
+            std::to_string((m.hidden_size / m.num_attention_heads + 1) * m.num_attention_heads) +
+            " or a head count that divides " + std::to_string(m.hidden_size));
   if (t.sequence_length > m.max_position_embeddings)
-    training.fail("training.sequence_length", "(" + std::to_string(t.sequence_length) +
+    training.fail("training.sequence_length",
+                  "(" + std::to_string(t.sequence_length) +
                       ") exceeds model.max_position_embeddings (" +
                       std::to_string(m.max_position_embeddings) + ")",
                   "the position table has one row per position; shorten the sequence or raise "
                   "model.max_position_embeddings");
   if (m.vocab_size < corpus_alphabet_size)
-    model.fail("model.vocab_size", "(" + std::to_string(m.vocab_size) +
-                   ") is smaller than the corpus alphabet (" + std::to_string(corpus_alphabet_size) +
-                   " characters)",
+    model.fail("model.vocab_size",
+               "(" + std::to_string(m.vocab_size) + ") is smaller than the corpus alphabet (" +
+                   std::to_string(corpus_alphabet_size) + " characters)",
                "raise model.vocab_size to at least " + std::to_string(corpus_alphabet_size));
   const std::int64_t windows = (d.train_characters - 1) / t.sequence_length;
   if (windows < t.batch_size)
-    data.fail("data.train_characters", "(" + std::to_string(d.train_characters) + ") gives only " +
-                  std::to_string(windows) + " training sequences of training.sequence_length " +
-                  std::to_string(t.sequence_length) + ", fewer than one batch of " +
-                  std::to_string(t.batch_size),
-              "raise data.train_characters to at least " +
-                  std::to_string(t.batch_size * t.sequence_length + 1) +
-                  " or lower training.batch_size");
+    data.fail(
+        "data.train_characters",
+        "(" + std::to_string(d.train_characters) + ") gives only " + std::to_string(windows) +
+            " training sequences of training.sequence_length " + std::to_string(t.sequence_length) +
+            ", fewer than one batch of " + std::to_string(t.batch_size),
+        "raise data.train_characters to at least " +
+            std::to_string(t.batch_size * t.sequence_length + 1) + " or lower training.batch_size");
   if ((d.validation_characters - 1) / t.sequence_length < 1)
-    data.fail("data.validation_characters", "(" + std::to_string(d.validation_characters) +
-                  ") holds no full sequence of training.sequence_length " +
-                  std::to_string(t.sequence_length),
-              "raise data.validation_characters to at least " +
-                  std::to_string(t.sequence_length + 1));
+    data.fail(
+        "data.validation_characters",
+        "(" + std::to_string(d.validation_characters) +
+            ") holds no full sequence of training.sequence_length " +
+            std::to_string(t.sequence_length),
+        "raise data.validation_characters to at least " + std::to_string(t.sequence_length + 1));
   return cfg;
 }
 
