@@ -22,6 +22,16 @@ if(MPP_USE_CCACHE AND MPP_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
   set(MPP_CCACHE_ACTIVE ON)
 endif()
 
+# Sanitizers on everything this project compiles (the asan preset sets address;undefined).
+# LibTorch and the other Debian libraries stay uninstrumented: see README.md, "Sanitizers".
+set(MPP_SANITIZE "" CACHE STRING "Sanitizers for mpp's own code, e.g. address;undefined")
+if(MPP_SANITIZE)
+  list(JOIN MPP_SANITIZE "," mpp_sanitizers)
+  add_compile_options(-fsanitize=${mpp_sanitizers} -fno-omit-frame-pointer
+                      -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${mpp_sanitizers})
+endif()
+
 # Warnings as errors only on the project's own targets.
 function(mpp_project_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Werror
