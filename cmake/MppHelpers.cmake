@@ -1,9 +1,35 @@
 # Build helpers shared by tests, examples, benchmarks and tools.
 include_guard(GLOBAL)
 
+# ccache, when present. The shared PCH is only cacheable with these sloppiness settings: the
+# .gch is rebuilt just before its users (too new for ccache's mtime/ctime checks) and carries
+# __DATE__/__TIME__ and macro state that ccache cannot see through. A cached .gch comes back
+# byte-identical, so the TUs that include it hit as well. base_dir makes paths relative so that
+# hits also happen across checkouts (worktrees, fresh clones) next to each other.
+option(MPP_USE_CCACHE "Compile through ccache when it is installed" ON)
 find_program(MPP_CCACHE ccache)
-if(MPP_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
-  set(CMAKE_CXX_COMPILER_LAUNCHER ${MPP_CCACHE} CACHE STRING "" FORCE)
+if(MPP_CCACHE AND "${CMAKE_CXX_COMPILER_LAUNCHER}" STREQUAL "${MPP_CCACHE}")
+  unset(CMAKE_CXX_COMPILER_LAUNCHER CACHE)  # set by older versions of this file; replaced below
+endif()
+if(MPP_USE_CCACHE AND MPP_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  set(mpp_ccache_env CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime)
+  if(NOT DEFINED ENV{CCACHE_BASEDIR})
+    get_filename_component(mpp_ccache_base "${PROJECT_SOURCE_DIR}/.." ABSOLUTE)
+    list(APPEND mpp_ccache_env CCACHE_BASEDIR=${mpp_ccache_base})
+  endif()
+  # A plain (not cached) variable: turning MPP_USE_CCACHE off takes effect on reconfigure.
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CMAKE_COMMAND} -E env ${mpp_ccache_env} ${MPP_CCACHE})
+  set(MPP_CCACHE_ACTIVE ON)
+endif()
+
+# Sanitizers on everything this project compiles (the asan preset sets address;undefined).
+# LibTorch and the other Debian libraries stay uninstrumented: see README.md, "Sanitizers".
+set(MPP_SANITIZE "" CACHE STRING "Sanitizers for mpp's own code, e.g. address;undefined")
+if(MPP_SANITIZE)
+  list(JOIN MPP_SANITIZE "," mpp_sanitizers)
+  add_compile_options(-fsanitize=${mpp_sanitizers} -fno-omit-frame-pointer
+                      -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${mpp_sanitizers})
 endif()
 
 # Warnings as errors only on the project's own targets.
@@ -12,12 +38,19 @@ function(mpp_project_warnings target)
     -Wno-unused-parameter)   # LibTorch's headers trip this one through our templates
 endfunction()
 
+# Lets ccache fall back to preprocessor mode on TUs that use GCC's .gch (ccache manual).
+set(MPP_PCH_OPTIONS "")
+if(MPP_CCACHE_ACTIVE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  set(MPP_PCH_OPTIONS -fpch-preprocess)
+endif()
+
 # One precompiled header for everything that uses LibTorch: compiled once, reused by all.
 set(MPP_PCH_TARGET "")
 if(TARGET mpp)
   add_library(mpp_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
   target_link_libraries(mpp_pch PUBLIC mpp::mpp)
   mpp_project_warnings(mpp_pch)
+  target_compile_options(mpp_pch PRIVATE ${MPP_PCH_OPTIONS})
   target_precompile_headers(mpp_pch PRIVATE
     <torch/torch.h>
     <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -34,6 +67,7 @@ function(mpp_add_executable name)
   if(ARG_TORCH)
     target_link_libraries(${name} PRIVATE mpp::mpp ${ARG_LIBS})
     target_precompile_headers(${name} REUSE_FROM ${MPP_PCH_TARGET})
+    target_compile_options(${name} PRIVATE ${MPP_PCH_OPTIONS})
   else()
     target_link_libraries(${name} PRIVATE mpp::schedule ${ARG_LIBS})
   endif()

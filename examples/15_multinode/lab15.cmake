@@ -1,0 +1,11 @@
+# Defines lab15_multinode when the layers it uses are present (comm, DDP, checkpoints).
+foreach(header comm/process_group.hpp data_parallel/ddp.hpp checkpoint/checkpoint.hpp)
+  if(NOT EXISTS ${PROJECT_SOURCE_DIR}/include/mpp/${header})
+    message(STATUS "lab15_multinode: include/mpp/${header} missing, lab not built")
+    return()
+  endif()
+endforeach()
+find_package(CLI11 REQUIRED)
+mpp_add_executable(lab15_multinode TORCH
+  SOURCES ${PROJECT_SOURCE_DIR}/examples/15_multinode/multinode_train.cpp
+  LIBS CLI11::CLI11)

@@ -1,0 +1,228 @@
+// Lab 15 — the cluster mental model: one program, any launcher, one node or several.
+//
+// The program never asks who started it. mpp::init_process_group() reads whichever variables
+// the launcher exported (mpprun/torchrun: RANK, WORLD_SIZE, ...; srun: SLURM_PROCID, ...;
+// mpirun: OMPI_COMM_WORLD_RANK, ...), meets the other ranks at MASTER_ADDR:MASTER_PORT and
+// connects Gloo over loopback (one host) or over the interface that reaches MASTER_ADDR.
+//
+//   mpprun --nproc-per-node 4 lab15_multinode --mode ddp
+//   mpprun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr node0 --master-port 29500 \
+//          lab15_multinode --mode pipeline            # and the same with --node-rank 1 on node1
+//   torchrun --no_python --nproc_per_node 4 lab15_multinode
+//   srun -N 2 --ntasks-per-node 2 lab15_multinode     (config/slurm_example.sbatch)
+//
+// It trains the course MLP on a fixed synthetic regression task, either replicated (DDP: each
+// rank takes its slice of every global batch) or cut into one pipeline stage per rank. Rank 0
+// prints "mpp-job: step <s> loss <x>" and "mpp-job: final loss <x>": the same numbers whatever the
+// launcher, because the arithmetic does not depend on who started the processes.
+//
+// For the fault lab: --ckpt-dir/--ckpt-every write a checkpoint per rank and resume from the
+// latest complete one at start; --fault kill|stall makes one rank die by SIGKILL (or sleep)
+// inside the backward pass of one step, to watch the others stop within MPP_TIMEOUT_S.
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "mpp/checkpoint/checkpoint.hpp"
+#include "mpp/comm/process_group.hpp"
+#include "mpp/data_parallel/ddp.hpp"
+#include "mpp/models/mlp.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Settings {
+  std::string mode = "ddp";
+  int steps = 8;
+  std::int64_t hidden = 64;
+  int layers = 8;
+  std::int64_t batch = 32;  // global batch
+  double lr = 1e-3;
+  std::string ckpt_dir;
+  int ckpt_every = 0;
+  std::string fault = "none";
+  int fault_rank = -1;
+  int fault_step = -1;
+  std::string fault_once;
+  double stall_seconds = 3600;
+  int step_ms = 0;
+};
+
+void say(const std::string& line) {
+  std::printf("mpp-job: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+/// A fixed regression task every rank can rebuild on its own: y = 0.5 * roll(x, 1).
+struct Task {
+  torch::Tensor x, y;
+  Task(std::int64_t samples, std::int64_t hidden) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+    x = at::randn({samples, hidden}, gen, torch::kFloat);
+    y = 0.5 * x.roll(1, 1);
+  }
+  /// Global batch `step` (the task is cycled through).
+  std::pair<torch::Tensor, torch::Tensor> batch(int step, std::int64_t size) const {
+    const std::int64_t batches = x.size(0) / size;
+    const std::int64_t begin = (step % batches) * size;
+    return {x.narrow(0, begin, size), y.narrow(0, begin, size)};
+  }
+};
+
+/// Fires the configured fault once, inside backward (a gradient hook), on the chosen rank/step.
+struct Fault {
+  const Settings& s;
+  int rank;
+  int step = 0;  // the current step, set by the training loop
+
+  bool armed() const {
+    if (s.fault == "none" || rank != s.fault_rank || step != s.fault_step) return false;
+    if (s.fault_once.empty()) return true;
+    if (fs::exists(s.fault_once)) return false;  // fired in an earlier attempt
+    std::ofstream(s.fault_once) << "fired at step " << step << '\n';
+    return true;
+  }
+  void operator()() const {
+    if (!armed()) return;
+    if (s.fault == "kill") {
+      say("fault: rank " + std::to_string(rank) + " kills itself (SIGKILL) mid-step " +
+          std::to_string(step));
+      std::raise(SIGKILL);
+    }
+    say("fault: rank " + std::to_string(rank) + " stalls for " + std::to_string(s.stall_seconds) +
+        " s mid-step " + std::to_string(step));
+    std::this_thread::sleep_for(std::chrono::duration<double>(s.stall_seconds));
+  }
+};
+
+/// Checkpoints: <dir>/step_<s>/rank_<r>/ per rank, and <dir>/latest naming the newest step that
+/// every rank finished writing (updated by rank 0 after a barrier, atomically).
+struct Checkpoints {
+  fs::path dir;
+  int every = 0;
+
+  bool enabled() const { return !dir.empty() && every > 0; }
+  fs::path rank_dir(int step, int rank) const {
+    return dir / ("step_" + std::to_string(step)) / ("rank_" + std::to_string(rank));
+  }
+  int latest() const {
+    std::ifstream in(dir / "latest");
+    int step = 0;
+    return (in >> step) ? step : 0;
+  }
+  void save(int step, const mpp::ProcessGroup& world, torch::nn::Module& model,
+            torch::optim::AdamW& optimizer) const {
+    mpp::checkpoint::write_checkpoint(
+        rank_dir(step, world.rank()), {mpp::checkpoint::training_state_file(model, optimizer)},
+        {{"progress", mpp::checkpoint::to_json({step, 0, step})}});
+    world.barrier();  // every rank's files are in place before `latest` points at them
+    if (world.rank() == 0) {
+      const fs::path tmp = dir / "latest.tmp";
+      std::ofstream(tmp) << step << '\n';
+      fs::rename(tmp, dir / "latest");
+    }
+  }
+  int restore(const mpp::ProcessGroup& world, torch::nn::Module& model,
+              torch::optim::AdamW& optimizer) const {
+    const int step = latest();
+    if (step == 0) return 0;
+    const fs::path from = rank_dir(step, world.rank());
+    auto loaded = mpp::checkpoint::read_checkpoint(from);
+    mpp::checkpoint::restore_training_state(loaded.files.at("state.pt"), model, optimizer,
+                                            from.string());
+    return static_cast<int>(mpp::checkpoint::progress_from(loaded.manifest).step);
+  }
+};
+
+int train_ddp(const Settings& s, const mpp::ProcessGroup& world) {
+  const int rank = world.rank(), size = world.size();
+  if (s.batch % size != 0)
+    throw std::invalid_argument("mpp-job: --batch " + std::to_string(s.batch) +
+                                " must be a multiple of the world size " + std::to_string(size) +
+                                " (every rank takes an equal slice)");
+  const std::int64_t local = s.batch / size;
+  mpp::models::MlpConfig cfg{s.hidden, s.layers, 42};
+  auto model = mpp::models::make_mlp_layers(cfg, 0, cfg.layers);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(s.lr));
+  Checkpoints ckpt{s.ckpt_dir, s.ckpt_every};
+  const int start = ckpt.enabled() ? ckpt.restore(world, *model, optimizer) : 0;
+  if (start > 0 && rank == 0) say("resumed from step " + std::to_string(start));
+  mpp::DistributedDataParallel<mpp::Async<mpp::Gloo>> ddp(*model, world);
+
+  Fault fault{s, rank};
+  // The first layer's weight gets its gradient last in backward: by then the other buckets are
+  // in flight, so a fault here leaves the peers inside an all-reduce.
+  auto first_weight = model->parameters().front();
+  first_weight.register_hook([&fault](const torch::Tensor&) { fault(); });
+
+  Task task(8 * s.batch, s.hidden);
+  torch::Tensor loss_sum;
+  for (int step = start + 1; step <= s.steps; ++step) {
+    if (s.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(s.step_ms));
+    fault.step = step;
+    auto [x, y] = task.batch(step - 1, s.batch);
+    optimizer.zero_grad();
+    auto loss = torch::mse_loss(model->forward(x.narrow(0, rank * local, local)),
+                                y.narrow(0, rank * local, local));
+    loss.backward();
+    optimizer.step();
+    auto global = loss.detach().clone();
+    world.all_reduce_mean(global);  // equal slices: the mean of the means is the batch loss
+    if (rank == 0) say("step " + std::to_string(step) + " loss " + std::to_string(global.item<double>()));
+    loss_sum = global;
+    if (ckpt.enabled() && step % ckpt.every == 0 && step < s.steps) ckpt.save(step, world, *model, optimizer);
+  }
+  if (rank == 0 && loss_sum.defined()) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.9g", loss_sum.item<double>());
+    say(std::string("final loss ") + text);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings s;
+  CLI::App app{"Lab 15: the same training job under any launcher, on one node or several"};
+  app.add_option("--mode", s.mode, "ddp (replicas) or pipeline (one stage per rank)")
+      ->check(CLI::IsMember({"ddp", "pipeline"}));
+  app.add_option("--steps", s.steps, "optimizer steps in all");
+  app.add_option("--hidden", s.hidden, "width of the MLP");
+  app.add_option("--layers", s.layers, "Linear layers of the MLP");
+  app.add_option("--batch", s.batch, "global batch size");
+  app.add_option("--lr", s.lr, "AdamW learning rate");
+  app.add_option("--ckpt-dir", s.ckpt_dir, "checkpoint directory (resume from its latest)");
+  app.add_option("--ckpt-every", s.ckpt_every, "checkpoint every N steps");
+  app.add_option("--fault", s.fault, "none, kill (SIGKILL) or stall (sleep) inside backward")
+      ->check(CLI::IsMember({"none", "kill", "stall"}));
+  app.add_option("--fault-rank", s.fault_rank, "rank that faults");
+  app.add_option("--fault-step", s.fault_step, "step at which it faults");
+  app.add_option("--fault-once", s.fault_once, "fire only if this file does not exist (then create it)");
+  app.add_option("--stall-seconds", s.stall_seconds, "how long a stalled rank sleeps");
+  app.add_option("--step-ms", s.step_ms, "sleep before each step (to watch a run)");
+  CLI11_PARSE(app, argc, argv);
+
+  torch::set_num_threads(1);
+  try {
+    const mpp::Environment env = mpp::environment();
+    auto world = mpp::init_process_group();
+    say("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ", node " +
+        std::to_string(env.node_rank) + ", local " + std::to_string(env.local_rank) +
+        ", launcher " + std::string(mpp::launcher_name(env.launcher)) + ", master " +
+        env.master_addr + ":" + std::to_string(env.master_port));
+    if (s.mode == "ddp") return train_ddp(s, world);
+    throw std::invalid_argument("mpp-job: --mode pipeline is not available in this build");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# A rank that stalls (sleeps) mid-step past the deadline: its peers' waits expire after
+# MPP_TIMEOUT_S with an error naming the stalled rank, and mpprun stops the job and exits
+# non-zero with a summary, well before the stalled rank would have woken up.
+#   fault_stall.sh MODE
+source "$(dirname "$0")/lib.sh"
+mode="${1:?mode}"
+deadline=5
+export MPP_TIMEOUT_S=$deadline MPP_INIT_TIMEOUT_S=60
+port=$(free_port); rc=0; t0=$(date +%s.%N)
+bounded 120 "$MPPRUN" --nproc-per-node 4 --master-port "$port" --log-dir "$work/logs" \
+  "$MPP_JOB" --mode "$mode" --steps 30 --fault stall --fault-rank 2 --fault-step 3 --stall-seconds 60 \
+  > "$work/out" 2> "$work/err" || rc=$?
+took=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+grep -a 'mpp' "$work/err" | tail -n 8
+[[ $rc -ne 0 && $rc -ne 124 ]] || fail "mpprun exited $rc; expected a rank's failure (not 0, not the launcher's own timeout)"
+grep -aq 'fault: rank 2 stalls' "$work/out" || fail "the stall was not injected"
+awk -v t="$took" -v d="$deadline" 'BEGIN { exit !(t < d + 20) }' ||
+  fail "the job took ${took} s to end (deadline ${deadline} s, stall 60 s)"
+first=$(grep -ao 'mpp launch: rank [0-9]*' "$work/err" | head -n1 | awk '{print $4}')
+[[ -n "$first" && "$first" != 2 ]] || fail "mpprun's summary should name a peer of rank 2 as the first failure (got '$first')"
+grep -a "^\[rank$first\]" "$work/err" | grep -aiE 'rank 2\b' | grep -aiE 'time|deadline' | head -n 2 ||
+  { grep -a "^\[rank$first\]" "$work/err" | tail -n 5; fail "rank $first timed out without naming the stalled rank 2"; }
+pass "stall: rank $first timed out naming rank 2 after ~${deadline} s; job ended in ${took} s, exit $rc"
