@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   register_all(course);
   register_all(compute_bound);
   if (group.rank() == 0) {
-    mpp::print_blas_report(at::get_num_threads());
+    mpp::util::print_blas_report(at::get_num_threads());
     std::printf("ranks: %d, one thread each; samples/s = global samples per second\n", group.size());
     std::fflush(stdout);
     benchmark::RunSpecifiedBenchmarks();

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (world.rank() == 0) {
-    mpp::print_blas_report(at::get_num_threads());
+    mpp::util::print_blas_report(at::get_num_threads());
     std::printf("%d ranks, %d x Linear(%lld), global batch %lld (%lld per rank), dataset %lld\n", world.size(),
                 cfg.layers, static_cast<long long>(cfg.hidden), static_cast<long long>(global_batch),
                 static_cast<long long>(global_batch / world.size()), static_cast<long long>(dataset_size));

@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   s.local_batch = global_batch / world.size();
   const bool root = world.rank() == 0;
   if (root) {
-    mpp::print_blas_report(at::get_num_threads());
+    mpp::util::print_blas_report(at::get_num_threads());
     std::printf("%d ranks, %d x Linear(%lld), global batch %lld, bucket cap %.1f MiB, %d steps per measurement\n\n",
                 world.size(), s.cfg.layers, static_cast<long long>(s.cfg.hidden), static_cast<long long>(global_batch),
                 bucket_mb, s.steps);
