@@ -150,7 +150,7 @@ MPP_TEST_WORKER("dp_no_sync") {
   auto group = mpp::init_process_group();
   constexpr int k = 3;
   auto reference = train_reference(2, global_batch, k);  // k micro-batches accumulated = k*B samples
-  auto model = mpp::models::make_full_mlp(small_config(7 + static_cast<std::uint64_t>(group.rank())));
+  auto model = mpp::models::make_full_mlp(small_config(100 + static_cast<std::uint64_t>(group.rank())));
   mpp::DDP<> ddp(*model, group, {.bucket_bytes = 2000});
   torch::optim::SGD opt(model->parameters(), learning_rate);
   for (int s = 0; s < 2; ++s) {
