@@ -6,7 +6,7 @@
 // connects Gloo over loopback (one host) or over the interface that reaches MASTER_ADDR.
 //
 //   mpprun --nproc-per-node 4 lab15_multinode --mode ddp
-//   mpprun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr node0 --master-port 29500 \
+//   mpprun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr node0 --master-port 29500
 //          lab15_multinode --mode pipeline            # and the same with --node-rank 1 on node1
 //   torchrun --no_python --nproc_per_node 4 lab15_multinode
 //   srun -N 2 --ntasks-per-node 2 lab15_multinode     (config/slurm_example.sbatch)
@@ -43,9 +43,9 @@ struct Settings {
   std::string mode = "ddp";
   int steps = 8;
   std::int64_t hidden = 64;
-  int layers = 8;
+  int layers = 4;
   std::int64_t batch = 32;  // global batch
-  double lr = 1e-3;
+  double lr = 3e-3;
   std::string ckpt_dir;
   int ckpt_every = 0;
   std::string fault = "none";
@@ -163,7 +163,7 @@ int train_ddp(const Settings& s, const mpp::ProcessGroup& world) {
   auto first_weight = model->parameters().front();
   first_weight.register_hook([&fault](const torch::Tensor&) { fault(); });
 
-  Task task(8 * s.batch, s.hidden);
+  Task task(2 * s.batch, s.hidden);  // two global batches, cycled: the loss falls within steps
   torch::Tensor loss_sum;
   for (int step = start + 1; step <= s.steps; ++step) {
     if (s.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(s.step_ms));

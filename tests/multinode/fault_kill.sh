@@ -21,7 +21,7 @@ bounded 120 "$MPPRUN" --nproc-per-node 4 --master-port "$port" --log-dir "$work/
 took=$(since "$t0")
 cat "$work/one.err" | grep -a 'mpp\|rank' | tail -n 8
 [[ $rc -eq 137 ]] || { tail -n 30 "$work/one.out" "$work/one.err"; fail "mpprun exited $rc, expected 137 (rank killed by SIGKILL)"; }
-grep -aq 'rank 2 was killed by signal 9 (SIGKILL)' "$work/one.err" ||
+grep -aEq 'rank 2 (\(pid [0-9]+\) )?was killed by signal 9 \(SIGKILL\)' "$work/one.err" ||
   fail "mpprun's summary does not name rank 2 and SIGKILL"
 grep -aq 'fault: rank 2 kills itself' "$work/one.out" || fail "the fault was not injected mid-step"
 awk -v t="$took" -v d="$deadline" 'BEGIN { exit !(t < d + 10) }' ||
@@ -47,7 +47,7 @@ grep -a 'mpp' "$work/node0.err" | tail -n 8
 awk -v t="$took0" -v d="$deadline" 'BEGIN { exit !(t < d + 20) }' ||
   fail "node 0 took ${took0} s to stop (deadline ${deadline} s): its ranks did not notice the dead peer in time"
 # The first rank of node 0 to fail says which peer is gone.
-first=$(grep -ao 'mpp launch: rank [0-9]*' "$work/node0.err" | head -n1 | awk '{print $4}')
+first=$(first_failure "$work/node0.err")
 [[ -n "$first" ]] || fail "node 0's mpprun printed no summary"
 grep -a "^\[rank$first\]" "$work/node0.err" | grep -aiE 'rank 2\b' | head -n 2 ||
   { grep -a "^\[rank$first\]" "$work/node0.err" | tail -n 5; fail "rank $first of node 0 failed without naming the dead peer, rank 2"; }

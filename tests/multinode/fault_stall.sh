@@ -17,7 +17,7 @@ grep -a 'mpp' "$work/err" | tail -n 8
 grep -aq 'fault: rank 2 stalls' "$work/out" || fail "the stall was not injected"
 awk -v t="$took" -v d="$deadline" 'BEGIN { exit !(t < d + 20) }' ||
   fail "the job took ${took} s to end (deadline ${deadline} s, stall 60 s)"
-first=$(grep -ao 'mpp launch: rank [0-9]*' "$work/err" | head -n1 | awk '{print $4}')
+first=$(first_failure "$work/err")
 [[ -n "$first" && "$first" != 2 ]] || fail "mpprun's summary should name a peer of rank 2 as the first failure (got '$first')"
 grep -a "^\[rank$first\]" "$work/err" | grep -aiE 'rank 2\b' | grep -aiE 'time|deadline' | head -n 2 ||
   { grep -a "^\[rank$first\]" "$work/err" | tail -n 5; fail "rank $first timed out without naming the stalled rank 2"; }

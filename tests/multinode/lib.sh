@@ -83,3 +83,9 @@ reference_loss() {  # NPROC JOB-ARGS...
     { tail -n 40 "$work/reference.out" >&2; fail "the reference run (mpprun, $n ranks, one host) failed"; }
   final_loss "$work/reference.out"
 }
+
+# The rank a launcher's summary names first: the one whose own failure ended the job.
+first_failure() {
+  grep -aoE '^(mpprun|mpp launch): rank [0-9]+ (\(pid [0-9]+\) )?(exited|was killed)' "$1" | head -n1 |
+    awk '{print $3}'
+}
