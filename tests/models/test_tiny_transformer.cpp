@@ -13,6 +13,7 @@
 #include "mpp/models/char_corpus.hpp"
 #include "mpp/models/tiny_transformer.hpp"
 #include "mpp/models/transformer_config.hpp"
+#include "mpp/partition/model.hpp"
 
 using namespace mpp::models;
 
@@ -159,6 +160,29 @@ TEST_CASE(
   auto seq = make_transformer_parts(cfg, 0, num_parts(cfg));
   seq->eval();
   CHECK(torch::allclose(seq->forward(tokens), whole->forward(tokens), 1e-6, 1e-6));
+
+  // The partition policies see the same parts through TinyTransformerLayers.
+  static_assert(mpp::layered_model<TinyTransformerLayers>);
+  const TinyTransformerLayers layers{cfg, 12};
+  CHECK(layers.num_layers() == 5);
+  std::int64_t counted = 0;
+  for (int part = 0; part < layers.num_layers(); ++part) {
+    std::int64_t built = 0;
+    for (const auto& p : TinyTransformer(cfg, part, part + 1)->parameters()) built += p.numel();
+    CHECK_MESSAGE(layers.layer_parameters(part) == built, part_name(cfg, part));
+    counted += built;
+  }
+  CHECK(counted == static_cast<std::int64_t>([&] {
+          std::int64_t n = 0;
+          for (const auto& p : whole->parameters()) n += p.numel();
+          return n;
+        }()));
+  CHECK(layers.input_shape(0) == std::vector<std::int64_t>{12});
+  CHECK(layers.input_shape(3) == std::vector<std::int64_t>{12, cfg.hidden_size});
+  auto embed = layers.build(0, 1), stage = layers.build(1, 3), rest = layers.build(3, 5);
+  embed->eval(), stage->eval(), rest->eval();
+  CHECK(torch::allclose(rest->forward(stage->forward(embed->forward(tokens))),
+                        whole->forward(tokens), 1e-6, 1e-6));
 
   CHECK_THROWS_WITH_AS(TinyTransformer(cfg, 3, 6), doctest::Contains("outside the model's 5 parts"),
                        std::invalid_argument);

@@ -267,6 +267,33 @@ inline torch::nn::Sequential make_transformer_parts(const TransformerConfig& cfg
   return TinyTransformer(cfg, begin, end)->as_sequential();
 }
 
+/// Parameters of part `part` (what a ByParams partition balances), without building it.
+inline std::int64_t part_parameters(const TransformerConfig& cfg, int part) {
+  const auto h = cfg.hidden_size, v = cfg.vocab_size, i = cfg.intermediate_size;
+  if (part == 0) return (v + cfg.max_position_embeddings) * h;
+  if (part == num_parts(cfg) - 1) return 2 * h + h * v;
+  return (3 * h * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h) + 4 * h;
+}
+
+/// The model as a sequence of layers for the partition policies (mpp::layered_model): layer k is
+/// part k, so a pipeline stage owning layers [begin, end) builds exactly those parts. Between
+/// stages travel hidden states [T, H] per sample in float; the first stage reads int64 tokens [T].
+struct TinyTransformerLayers {
+  TransformerConfig config;
+  std::int64_t sequence_length = 64;
+
+  int num_layers() const { return num_parts(config); }
+  std::int64_t layer_parameters(int layer) const { return part_parameters(config, layer); }
+  std::vector<std::int64_t> input_shape(int layer) const {
+    if (layer == 0) return {sequence_length};
+    return {sequence_length, config.hidden_size};
+  }
+  c10::ScalarType dtype() const { return c10::kFloat; }
+  torch::nn::Sequential build(int begin, int end) const {
+    return make_transformer_parts(config, begin, end);
+  }
+};
+
 /// Mean next-token cross-entropy of logits [B, T, V] against targets [B, T].
 inline torch::Tensor language_model_loss(const torch::Tensor& logits,
                                          const torch::Tensor& targets) {
