@@ -125,12 +125,12 @@ class Executor {
       }
       const auto t0 = recorder_.now();
       step.pending_sends.wait_all();
-      recorder_.record(trace::EventKind::send_wait, -1, 0, -1, t0, recorder_.now());
+      recorder_.record(trace::EventKind::send_wait, Op::SEND_F, -1, 0, -1, t0, recorder_.now());
     }
     const auto t0 = recorder_.now();
     at::Tensor loss = at::scalar_tensor(step.loss_sum, at::kDouble);
     if (config_.ranks > 1) comm_.broadcast(loss, config_.ranks - 1);
-    recorder_.record(trace::EventKind::loss_sync, -1, 0, -1, t0, recorder_.now());
+    recorder_.record(trace::EventKind::loss_sync, Op::SEND_F, -1, 0, -1, t0, recorder_.now());
     recorder_.end_step();
     return loss.item<double>();
   }
@@ -362,7 +362,8 @@ class Executor {
     }
     s.in_flight = true;
     recorder_.enter_flight();
-    recorder_.record(trace::EventKind::forward, a.micro_batch, a.chunk, -1, t0, recorder_.now());
+    recorder_.record(trace::EventKind::forward, Op::F, a.micro_batch, a.chunk, -1, t0,
+                     recorder_.now());
     if (s.grad_deferred) post_gradient_buffer(a.chunk, a.micro_batch, s);
   }
 
@@ -396,7 +397,8 @@ class Executor {
     s.held_bytes = 0;
     hold(s, measure_held(s, last ? at::Tensor() : out));
     s.graph_ready = true;
-    recorder_.record(trace::EventKind::recompute, a.micro_batch, a.chunk, -1, t0, recorder_.now());
+    recorder_.record(trace::EventKind::recompute, Op::F, a.micro_batch, a.chunk, -1, t0,
+                     recorder_.now());
   }
 
   /// B (split = false): input and weight gradients. I (split = true): input gradient and the
@@ -420,7 +422,8 @@ class Executor {
       else
         torch::autograd::backward({root}, {grad_out});
       if (want_input) s.input_grad = s.input.grad();
-      recorder_.record(trace::EventKind::backward, a.micro_batch, a.chunk, -1, t0, recorder_.now());
+      recorder_.record(trace::EventKind::backward, Op::B, a.micro_batch, a.chunk, -1, t0,
+                       recorder_.now());
       finish_slot(s);
       return;
     }
@@ -451,7 +454,8 @@ class Executor {
     hold(s, grad_bytes);
     s.input_grad_done = true;
     s.input = at::Tensor();  // the input gradient is out; only W's local graphs remain
-    recorder_.record(trace::EventKind::input_grad, a.micro_batch, a.chunk, -1, t0, recorder_.now());
+    recorder_.record(trace::EventKind::input_grad, Op::I, a.micro_batch, a.chunk, -1, t0,
+                     recorder_.now());
   }
 
   /// W: each layer's parameter gradients from its own output gradient, through its local graph.
@@ -467,7 +471,7 @@ class Executor {
       torch::autograd::backward({s.layer_outputs[j]}, {s.layer_grads[j]}, /*retain_graph=*/false,
                                 /*create_graph=*/false, layers[j].params);
     }
-    recorder_.record(trace::EventKind::weight_grad, a.micro_batch, a.chunk, -1, t0,
+    recorder_.record(trace::EventKind::weight_grad, Op::W, a.micro_batch, a.chunk, -1, t0,
                      recorder_.now());
     const at::Tensor keep_input_grad = s.input_grad;  // SEND_B may still come after W
     finish_slot(s);
@@ -506,7 +510,8 @@ class Executor {
     step_->pending_sends.add(
         comm_.send(wire, a.peer, activation_tag(a.stage, a.micro_batch, stages_)));
     if (config_.recompute) s.output = at::Tensor();  // the Request keeps the bytes until sent
-    recorder_.record(trace::EventKind::send, a.micro_batch, a.chunk, a.peer, t0, recorder_.now());
+    recorder_.record(trace::EventKind::send, Op::SEND_F, a.micro_batch, a.chunk, a.peer, t0,
+                     recorder_.now());
   }
 
   void send_gradient(const Action& a) {
@@ -518,7 +523,8 @@ class Executor {
     step_->pending_sends.add(
         comm_.send(s.input_grad, a.peer, gradient_tag(a.stage - 1, a.micro_batch, stages_)));
     s.input_grad = at::Tensor();
-    recorder_.record(trace::EventKind::send, a.micro_batch, a.chunk, a.peer, t0, recorder_.now());
+    recorder_.record(trace::EventKind::send, Op::SEND_B, a.micro_batch, a.chunk, a.peer, t0,
+                     recorder_.now());
   }
 
   /// RECV_F: post the receive now if the link's shape is known; otherwise post (async) or
@@ -542,7 +548,7 @@ class Executor {
     }
     post_activation_buffer(a.chunk, a.micro_batch, a.peer, s);
     if constexpr (Communicator<C>::blocking)
-      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, a.peer, t0,
+      recorder_.record(trace::EventKind::recv_wait, Op::RECV_F, a.micro_batch, a.chunk, a.peer, t0,
                        recorder_.now());
   }
 
@@ -606,7 +612,7 @@ class Executor {
                            " without its RECV_F; the table is not lowered");
     s.recv_request.wait();
     if constexpr (!Communicator<C>::blocking)
-      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, peer, t0,
+      recorder_.record(trace::EventKind::recv_wait, Op::RECV_F, a.micro_batch, a.chunk, peer, t0,
                        recorder_.now());
     return std::exchange(s.recv_buffer, at::Tensor());
   }
@@ -625,7 +631,7 @@ class Executor {
     const auto t0 = recorder_.now();
     post_gradient_buffer(a.chunk, a.micro_batch, s);
     if constexpr (Communicator<C>::blocking)
-      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk, a.peer, t0,
+      recorder_.record(trace::EventKind::recv_wait, Op::RECV_B, a.micro_batch, a.chunk, a.peer, t0,
                        recorder_.now());
   }
 
@@ -646,7 +652,7 @@ class Executor {
     const auto t0 = recorder_.now();
     s.grad_request.wait();
     if constexpr (!Communicator<C>::blocking)
-      recorder_.record(trace::EventKind::recv_wait, a.micro_batch, a.chunk,
+      recorder_.record(trace::EventKind::recv_wait, Op::RECV_B, a.micro_batch, a.chunk,
                        (stage_of(a.chunk) + 1) % config_.ranks, t0, recorder_.now());
     return std::exchange(s.grad_buffer, at::Tensor());
   }

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "mpp/schedule/action.hpp"
+
 namespace mpp::trace {
 
 enum class EventKind : std::uint8_t {
@@ -51,6 +53,7 @@ constexpr bool is_compute(EventKind k) {
 
 struct Event {
   EventKind kind = EventKind::forward;
+  Op op = Op::F;  // the table action it belongs to (SEND_B, RECV_F ... for comm events)
   std::int32_t micro_batch = -1;
   std::int32_t chunk = 0;
   std::int32_t peer = -1;  // for send / recv-wait
@@ -63,6 +66,7 @@ struct Event {
 /// One rank's step: its events, how long it took, and what it held.
 struct RankTrace {
   int rank = 0;
+  double start_us = 0.0;  // the step's start on the machine's monotonic clock (aligns ranks)
   double step_us = 0.0;
   std::vector<Event> events;
   std::int64_t peak_activation_bytes = 0;  // largest total of tensors kept for backward

@@ -18,15 +18,17 @@ class Recorder {
     trace_.rank = rank;
     trace_.events.reserve(expected_events);
     start_ = clock::now();
+    trace_.start_us = std::chrono::duration<double, std::micro>(start_.time_since_epoch()).count();
     held_bytes_ = 0;
     in_flight_ = 0;
   }
 
   clock::time_point now() const { return clock::now(); }
 
-  void record(EventKind kind, int micro_batch, int chunk, int peer, clock::time_point begin,
+  void record(EventKind kind, Op op, int micro_batch, int chunk, int peer, clock::time_point begin,
               clock::time_point end) {
-    trace_.events.push_back({kind, micro_batch, chunk, peer, since_start(begin), since_start(end)});
+    trace_.events.push_back(
+        {kind, op, micro_batch, chunk, peer, since_start(begin), since_start(end)});
   }
 
   /// Activation accounting: bytes kept for a backward, and micro-batches in flight.
