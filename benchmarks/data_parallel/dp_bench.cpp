@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel.hpp"
@@ -131,6 +132,12 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);
   auto group = mpp::init_process_group();
   world = &group;
+  if (group.rank() != 0) {  // only rank 0 writes --benchmark_out
+    int kept = 1;
+    for (int i = 1; i < argc; ++i)
+      if (std::string_view(argv[i]).substr(0, 15) != "--benchmark_out") argv[kept++] = argv[i];
+    argc = kept;
+  }
   benchmark::Initialize(&argc, argv);
   register_all(course);
   register_all(compute_bound);
@@ -140,8 +147,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     benchmark::RunSpecifiedBenchmarks();
   } else {
-    NullReporter quiet, quiet_file;
-    benchmark::RunSpecifiedBenchmarks(&quiet, &quiet_file);
+    NullReporter quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet);
   }
   group.barrier();
   benchmark::Shutdown();
