@@ -1,0 +1,14 @@
+#pragma once
+// mpp/schedule.hpp — compile-time pipeline schedules and their static verification.
+// Standard library only: no LibTorch.
+#include "mpp/schedule/action.hpp"
+#include "mpp/schedule/action_format.hpp"
+#include "mpp/schedule/comm_semantics.hpp"
+#include "mpp/schedule/cost_model.hpp"
+#include "mpp/schedule/generators.hpp"
+#include "mpp/schedule/lowering.hpp"
+#include "mpp/schedule/plan.hpp"
+#include "mpp/schedule/policies.hpp"
+#include "mpp/schedule/table.hpp"
+#include "mpp/schedule/timed_event.hpp"
+#include "mpp/schedule/verify.hpp"

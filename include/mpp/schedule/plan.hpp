@@ -1,0 +1,84 @@
+#pragma once
+// The executor-facing API: a verified, lowered plan for (schedule, comm semantics, P ranks).
+//
+//   const mpp::Plan& plan = *mpp::make_plan(Sched::table(P), Comm::semantics);   // run time
+//   for (const mpp::Action& a : plan.actions(rank)) switch (a.op) { ... }
+//
+// Each rank runs plan.actions(rank) in order:
+//   F / B / I / W  compute on local chunk a.chunk (global stage a.stage) for micro-batch a.micro_batch
+//   SEND_F         send the output of F(a.stage, mb) to rank a.peer          (tag: activations)
+//   RECV_F         receive the input of F(a.stage, mb) from rank a.peer      (tag: activations)
+//   SEND_B         send the input grad of B/I(a.stage, mb) to rank a.peer    (tag: gradients)
+//   RECV_B         receive the output grad for B/I(a.stage, mb) from a.peer  (tag: gradients)
+// Messages between two ranks match in order per direction and kind (use one tag for
+// activations and another for gradients). Rendezvous plans: run each SEND/RECV to completion
+// in order. Buffered plans: RECV posts an irecv (wait for it before the compute that needs it),
+// SEND posts an isend (keep the handle; wait for all of them before the step ends).
+#include <memory>
+
+#include "mpp/schedule/generators.hpp"
+#include "mpp/schedule/lowering.hpp"
+#include "mpp/schedule/policies.hpp"
+#include "mpp/schedule/verify.hpp"
+
+namespace mpp {
+
+struct Plan {
+  ScheduleTable table{};   // lowered for table.semantics
+  VerifyResult figures{};  // predicted makespan, bubble, peak in-flight per rank (units of `costs`)
+  Costs costs{};
+
+  constexpr int ranks() const { return table.ranks; }
+  constexpr int stages() const { return table.stages(); }
+  constexpr int micro_batches() const { return table.micro_batches; }
+  constexpr int chunks_per_rank() const { return table.chunks_per_rank; }
+  constexpr CommSemantics semantics() const { return table.semantics; }
+  constexpr std::span<const Action> actions(int rank) const { return table.rank_actions(rank); }
+  constexpr int stage_of(int rank, int chunk) const { return table.stage_of(rank, chunk); }
+  constexpr int rank_of(int stage) const { return table.rank_of(stage); }
+  constexpr int chunk_of(int stage) const { return table.chunk_of(stage); }
+};
+
+/// Lowers and verifies in place. figures.ok tells whether the plan is sound.
+constexpr void plan_into(Plan& plan, const ScheduleTable& compute, CommSemantics semantics, const Costs& costs = {}) {
+  plan.costs = costs;
+  lower_into(plan.table, compute, semantics, costs);
+  detail::verify_into(plan.figures, plan.table, semantics, costs, nullptr);
+}
+
+/// Lowers `compute` for `semantics`, verifies it, and returns the plan on the heap (a Plan is
+/// about 650 KB). Throws ScheduleError with the verifier's message if the schedule is unsound.
+inline std::unique_ptr<Plan> make_plan(const ScheduleTable& compute, CommSemantics semantics, const Costs& costs = {}) {
+  auto plan = std::make_unique<Plan>();
+  plan_into(*plan, compute, semantics, costs);
+  if (!plan->figures.ok) throw ScheduleError(std::string(plan->figures.message.view()));
+  return plan;
+}
+
+/// Run-time choice of a built-in schedule (P, M, V from flags or the world size).
+inline std::unique_ptr<Plan> make_plan(const ScheduleSpec& spec, CommSemantics semantics, int ranks,
+                                       const Costs& costs = {}) {
+  auto compute = std::make_unique<ScheduleTable>();
+  generate_into(*compute, spec, ranks);
+  return make_plan(*compute, semantics, costs);
+}
+
+/// Compile-time (or run-time) plan of a schedule policy for a comm policy's semantics.
+template <schedule Sched, class Comm>
+  requires detail::has_comm_semantics<Comm>
+constexpr Plan plan_for(int ranks, const Costs& costs = {}) {
+  Plan plan{};
+  plan_into(plan, Sched::table(ranks), Comm::semantics, costs);
+  return plan;
+}
+
+/// `static_assert(mpp::verify<Sched, Comm>(P).ok)`: generate, lower for Comm::semantics, verify.
+template <schedule Sched, class Comm>
+  requires detail::has_comm_semantics<Comm>
+constexpr VerifyResult verify(int ranks, const Costs& costs = {}) {
+  ScheduleTable lowered{};
+  lower_into(lowered, Sched::table(ranks), Comm::semantics, costs);
+  return verify(lowered, Comm::semantics, costs);
+}
+
+}  // namespace mpp

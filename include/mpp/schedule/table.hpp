@@ -1,0 +1,110 @@
+#pragma once
+// Per-rank action tables: fixed-capacity, constexpr, the same type at compile time and run time.
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "mpp/schedule/action.hpp"
+#include "mpp/schedule/comm_semantics.hpp"
+
+namespace mpp {
+
+/// Capacity limits of a ScheduleTable (a table is a plain array so that it can be constexpr data).
+/// Beyond them a generator or make_plan() reports a ScheduleTable::error / throws ScheduleError.
+inline constexpr int max_ranks = 32;              // pipeline ranks P
+inline constexpr int max_chunks_per_rank = 8;     // V
+inline constexpr int max_actions_per_rank = 1024; // compute + communication actions of one rank
+/// Worst case per rank is 7 * V * M actions (ZB-H1 lowered: F, I, W and four comm ops), so any
+/// schedule with V * M <= 146 fits; 1F1B/GPipe lowered need 6 * V * M.
+
+/// Thrown by run-time entry points when a schedule is rejected; the message names the rule
+/// and the fix, like the compile-time diagnostics.
+struct ScheduleError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+/// The actions of every rank of a pipeline, compute-only (what a schedule generates) or
+/// lowered (with SEND/RECV inserted for one comm semantics).
+///
+/// Stage <-> rank map: stage = chunk * ranks + rank, rank = stage % ranks, chunk = stage / ranks.
+struct ScheduleTable {
+  int ranks = 0;            // P
+  int micro_batches = 0;    // M
+  int chunks_per_rank = 1;  // V
+  bool lowered = false;     // true once SEND/RECV are explicit (see lower())
+  CommSemantics semantics = CommSemantics::buffered;  // what the lowering ordered for
+  FixedText error{};        // non-empty when the generator rejected its parameters
+  int length[max_ranks]{};
+  Action actions[max_ranks][max_actions_per_rank]{};
+
+  constexpr bool ok() const { return error.empty(); }
+  constexpr int stages() const { return ranks * chunks_per_rank; }
+  constexpr int stage_of(int rank, int chunk) const { return chunk * ranks + rank; }
+  constexpr int rank_of(int stage) const { return stage % ranks; }
+  constexpr int chunk_of(int stage) const { return stage / ranks; }
+  constexpr int size(int rank) const { return length[rank]; }
+  constexpr std::span<const Action> rank_actions(int rank) const {
+    return {actions[rank], static_cast<std::size_t>(length[rank])};
+  }
+  constexpr const Action& at(int rank, int step) const { return actions[rank][step]; }
+
+  /// Appends an action to a rank's table, filling in stage (from chunk) and, for comm ops,
+  /// peer (from stage). Records an error instead of overflowing.
+  constexpr void push(int rank, Action a) {
+    if (!ok()) return;
+    if (rank < 0 || rank >= ranks) {
+      error << "mpp: action for rank " << rank << " but the table has " << ranks << " ranks";
+      return;
+    }
+    if (length[rank] >= max_actions_per_rank) {
+      error << "mpp: rank " << rank << " needs more than mpp::max_actions_per_rank = " << max_actions_per_rank
+            << " actions; lower micro-batches * chunks (M=" << micro_batches << ", V=" << chunks_per_rank << ")";
+      return;
+    }
+    if (a.stage < 0) a.stage = stage_of(rank, a.chunk);
+    if (a.peer < 0 && is_comm(a.op)) {
+      const bool towards_next = a.op == Op::SEND_F || a.op == Op::RECV_B;
+      a.peer = ((towards_next ? a.stage + 1 : a.stage - 1) % ranks + ranks) % ranks;
+    }
+    actions[rank][length[rank]++] = a;
+  }
+};
+
+namespace detail {
+
+inline constexpr std::string_view plan_capacity_hint =
+    "; see mpp::max_ranks, mpp::max_chunks_per_rank, mpp::max_actions_per_rank";
+
+/// Validates (P, M, V) against the limits and prepares an empty table. `actions_per_unit` is the
+/// number of actions per (chunk, micro-batch) on one rank once lowered (6 for F/B, 7 for F/I/W).
+constexpr void init_table(ScheduleTable& t, std::string_view schedule_name, int ranks, int micro_batches,
+                          int chunks_per_rank, int actions_per_unit) {
+  t.ranks = ranks;
+  t.micro_batches = micro_batches;
+  t.chunks_per_rank = chunks_per_rank;
+  if (ranks < 1 || ranks > max_ranks) {
+    t.error << "mpp: " << schedule_name << " needs 1 <= ranks <= mpp::max_ranks = " << max_ranks << " (got "
+            << ranks << ")";
+    t.ranks = ranks < 1 ? 1 : max_ranks;
+  } else if (micro_batches < 1) {
+    t.error << "mpp: " << schedule_name << " needs at least one micro-batch (got M=" << micro_batches << ")";
+  } else if (chunks_per_rank < 1 || chunks_per_rank > max_chunks_per_rank) {
+    t.error << "mpp: " << schedule_name << " needs 1 <= chunks per rank <= mpp::max_chunks_per_rank = "
+            << max_chunks_per_rank << " (got V=" << chunks_per_rank << ")";
+  } else if (actions_per_unit * chunks_per_rank * micro_batches > max_actions_per_rank) {
+    t.error << "mpp: " << schedule_name << " with M=" << micro_batches << ", V=" << chunks_per_rank << " needs "
+            << actions_per_unit * chunks_per_rank * micro_batches
+            << " actions per rank once lowered, more than mpp::max_actions_per_rank = " << max_actions_per_rank
+            << "; lower M or V";
+  }
+}
+
+}  // namespace detail
+
+/// Throws ScheduleError if the table carries a generator error (run-time counterpart of the
+/// verifier's `parameters` rule).
+inline void throw_if_error(const ScheduleTable& t) {
+  if (!t.ok()) throw ScheduleError(std::string(t.error.view()));
+}
+
+}  // namespace mpp
