@@ -254,7 +254,7 @@ TEST_CASE("comm: a dropped request is waited by its destructor") {
 MPP_TEST_WORKER("comm_store_idle") {
   torch::set_num_threads(1);
   auto world = mpp::init_process_group();
-  std::this_thread::sleep_for(2500ms);
+  std::this_thread::sleep_for(6s);  // longer than every deadline (store timeout = max of them)
   auto pair = world.new_group({1, 0});
   auto x = at::full({2}, 1.0 + world.rank());
   pair.all_reduce(x);
@@ -262,6 +262,6 @@ MPP_TEST_WORKER("comm_store_idle") {
 }
 
 TEST_CASE("comm: the store outlives the deadlines") {
-  auto world = mpp::test::run_world(2, "comm_store_idle", with_deadlines("1", "1"));
+  auto world = mpp::test::run_world(2, "comm_store_idle", with_deadlines("5", "1"));
   CHECK_MESSAGE(world.ok(), world.report());
 }
