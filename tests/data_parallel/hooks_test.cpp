@@ -29,8 +29,8 @@ struct RecordingLauncher {
 };
 static_assert(mpp::bucket_launcher<RecordingLauncher>);
 
-std::vector<mpp::detail::NamedTensor> named(torch::nn::Module& m) {
-  std::vector<mpp::detail::NamedTensor> out;
+std::vector<mpp::NamedTensor> named(torch::nn::Module& m) {
+  std::vector<mpp::NamedTensor> out;
   for (const auto& item : m.named_parameters()) out.push_back({item.key(), item.value()});
   return out;
 }

@@ -42,12 +42,13 @@ concept bucket_launcher = requires(L& l, std::size_t bucket, at::Tensor& flat) {
   l.wait(bucket);
 };
 
-namespace detail {
-
+/// A parameter (or buffer) with the name used in messages.
 struct NamedTensor {
   std::string name;
   at::Tensor tensor;
 };
+
+namespace detail {
 
 /// One planning entry per parameter, as plan_buckets() wants it.
 inline std::vector<GradSpec> grad_specs(const std::vector<NamedTensor>& params) {
