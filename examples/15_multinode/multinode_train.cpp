@@ -103,13 +103,17 @@ struct Fault {
   }
   void operator()() {
     if (!armed()) return;
+    // Wall-clock time of the fault, so that a test can measure how long the others take to stop.
+    char when[32];
+    std::snprintf(when, sizeof when, " at t=%.3f",
+                  std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
     if (s.fault == "kill") {
       say("fault: rank " + std::to_string(rank) + " kills itself (SIGKILL) mid-step " +
-          std::to_string(step));
+          std::to_string(step) + when);
       std::raise(SIGKILL);
     }
     say("fault: rank " + std::to_string(rank) + " stalls for " + std::to_string(s.stall_seconds) +
-        " s mid-step " + std::to_string(step));
+        " s mid-step " + std::to_string(step) + when);
     std::this_thread::sleep_for(std::chrono::duration<double>(s.stall_seconds));
   }
 };
