@@ -9,3 +9,6 @@ find_package(CLI11 REQUIRED)
 mpp_add_executable(lab15_multinode TORCH
   SOURCES ${PROJECT_SOURCE_DIR}/examples/15_multinode/multinode_train.cpp
   LIBS CLI11::CLI11)
+# One place for the binary whichever directory defined it: build/examples/15_multinode/.
+set_target_properties(lab15_multinode PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/examples/15_multinode)

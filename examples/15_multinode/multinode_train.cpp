@@ -6,7 +6,7 @@
 // connects Gloo over loopback (one host) or over the interface that reaches MASTER_ADDR.
 //
 //   mpprun --nproc-per-node 4 lab15_multinode --mode ddp
-//   mpprun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr node0 --master-port 29500 \
+//   mpprun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr node0 --master-port 29500
 //          lab15_multinode --mode pipeline            # and the same with --node-rank 1 on node1
 //   torchrun --no_python --nproc_per_node 4 lab15_multinode
 //   srun -N 2 --ntasks-per-node 2 lab15_multinode     (config/slurm_example.sbatch)
@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -34,6 +35,15 @@
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/models/mlp.hpp"
+#include "mpp/util/blas.hpp"
+#if __has_include("mpp/pipeline/pipeline.hpp")
+#include "mpp/partition/uniform.hpp"
+#include "mpp/pipeline/pipeline.hpp"
+#include "mpp/schedule/policies.hpp"
+#define MPP_LAB15_HAS_PIPELINE 1
+#else
+#define MPP_LAB15_HAS_PIPELINE 0
+#endif
 
 namespace fs = std::filesystem;
 
@@ -43,9 +53,9 @@ struct Settings {
   std::string mode = "ddp";
   int steps = 8;
   std::int64_t hidden = 64;
-  int layers = 8;
+  int layers = 4;
   std::int64_t batch = 32;  // global batch
-  double lr = 1e-3;
+  double lr = 3e-3;
   std::string ckpt_dir;
   int ckpt_every = 0;
   std::string fault = "none";
@@ -81,24 +91,30 @@ struct Task {
 struct Fault {
   const Settings& s;
   int rank;
-  int step = 0;  // the current step, set by the training loop
+  int step = 0;        // the current step, set by the training loop
+  bool fired = false;  // a hook runs once per micro-batch: fire on the first only
 
-  bool armed() const {
-    if (s.fault == "none" || rank != s.fault_rank || step != s.fault_step) return false;
+  bool armed() {
+    if (fired || s.fault == "none" || rank != s.fault_rank || step != s.fault_step) return false;
+    fired = true;
     if (s.fault_once.empty()) return true;
     if (fs::exists(s.fault_once)) return false;  // fired in an earlier attempt
     std::ofstream(s.fault_once) << "fired at step " << step << '\n';
     return true;
   }
-  void operator()() const {
+  void operator()() {
     if (!armed()) return;
+    // Wall-clock time of the fault, so that a test can measure how long the others take to stop.
+    char when[32];
+    std::snprintf(when, sizeof when, " at t=%.3f",
+                  std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
     if (s.fault == "kill") {
       say("fault: rank " + std::to_string(rank) + " kills itself (SIGKILL) mid-step " +
-          std::to_string(step));
+          std::to_string(step) + when);
       std::raise(SIGKILL);
     }
     say("fault: rank " + std::to_string(rank) + " stalls for " + std::to_string(s.stall_seconds) +
-        " s mid-step " + std::to_string(step));
+        " s mid-step " + std::to_string(step) + when);
     std::this_thread::sleep_for(std::chrono::duration<double>(s.stall_seconds));
   }
 };
@@ -142,6 +158,41 @@ struct Checkpoints {
   }
 };
 
+/// The loop both modes share: resume, step, log, checkpoint. `step_fn(step, x, y)` runs one
+/// optimizer step on the global batch and returns its mean loss (the same on every rank).
+/// `local` is what this rank owns and checkpoints: the whole model (DDP) or its stage.
+template <class StepFn>
+int train(const Settings& s, const mpp::ProcessGroup& world, torch::nn::Module& local,
+          torch::optim::AdamW& optimizer, Fault& fault, StepFn&& step_fn) {
+  Checkpoints ckpt{s.ckpt_dir, s.ckpt_every};
+  const int start = ckpt.enabled() ? ckpt.restore(world, local, optimizer) : 0;
+  if (start > 0 && world.rank() == 0) say("resumed from step " + std::to_string(start));
+  // The first parameter gets its gradient last in backward: a fault there leaves the peers in
+  // the middle of the step (an all-reduce in flight, or a pipeline transfer).
+  local.parameters().front().register_hook([&fault](const torch::Tensor&) { fault(); });
+
+  Task task(2 * s.batch, s.hidden);  // two global batches, cycled: the loss falls within steps
+  double loss = 0;
+  for (int step = start + 1; step <= s.steps; ++step) {
+    if (s.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(s.step_ms));
+    fault.step = step;
+    fault.fired = false;
+    auto [x, y] = task.batch(step - 1, s.batch);
+    optimizer.zero_grad();
+    loss = step_fn(x, y);
+    optimizer.step();
+    if (world.rank() == 0) say("step " + std::to_string(step) + " loss " + std::to_string(loss));
+    if (ckpt.enabled() && step % ckpt.every == 0 && step < s.steps) ckpt.save(step, world, local, optimizer);
+  }
+  if (world.rank() == 0 && start < s.steps) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.9g", loss);
+    say(std::string("final loss ") + text);
+  }
+  return 0;
+}
+
+/// Data parallel: every rank holds the whole model and takes its slice of each global batch.
 int train_ddp(const Settings& s, const mpp::ProcessGroup& world) {
   const int rank = world.rank(), size = world.size();
   if (s.batch % size != 0)
@@ -149,44 +200,36 @@ int train_ddp(const Settings& s, const mpp::ProcessGroup& world) {
                                 " must be a multiple of the world size " + std::to_string(size) +
                                 " (every rank takes an equal slice)");
   const std::int64_t local = s.batch / size;
-  mpp::models::MlpConfig cfg{s.hidden, s.layers, 42};
-  auto model = mpp::models::make_mlp_layers(cfg, 0, cfg.layers);
+  auto model = mpp::models::make_mlp_layers({s.hidden, s.layers, 42}, 0, s.layers);
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(s.lr));
-  Checkpoints ckpt{s.ckpt_dir, s.ckpt_every};
-  const int start = ckpt.enabled() ? ckpt.restore(world, *model, optimizer) : 0;
-  if (start > 0 && rank == 0) say("resumed from step " + std::to_string(start));
-  mpp::DistributedDataParallel<mpp::Async<mpp::Gloo>> ddp(*model, world);
-
   Fault fault{s, rank};
-  // The first layer's weight gets its gradient last in backward: by then the other buckets are
-  // in flight, so a fault here leaves the peers inside an all-reduce.
-  auto first_weight = model->parameters().front();
-  first_weight.register_hook([&fault](const torch::Tensor&) { fault(); });
-
-  Task task(8 * s.batch, s.hidden);
-  torch::Tensor loss_sum;
-  for (int step = start + 1; step <= s.steps; ++step) {
-    if (s.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(s.step_ms));
-    fault.step = step;
-    auto [x, y] = task.batch(step - 1, s.batch);
-    optimizer.zero_grad();
+  std::optional<mpp::DistributedDataParallel<mpp::Async<mpp::Gloo>>> ddp;
+  return train(s, world, *model, optimizer, fault, [&](const torch::Tensor& x, const torch::Tensor& y) {
+    // Built on the first step, after a resume: DDP broadcasts rank 0's (restored) weights.
+    if (!ddp) ddp.emplace(*model, world);
     auto loss = torch::mse_loss(model->forward(x.narrow(0, rank * local, local)),
                                 y.narrow(0, rank * local, local));
     loss.backward();
-    optimizer.step();
     auto global = loss.detach().clone();
     world.all_reduce_mean(global);  // equal slices: the mean of the means is the batch loss
-    if (rank == 0) say("step " + std::to_string(step) + " loss " + std::to_string(global.item<double>()));
-    loss_sum = global;
-    if (ckpt.enabled() && step % ckpt.every == 0 && step < s.steps) ckpt.save(step, world, *model, optimizer);
-  }
-  if (rank == 0 && loss_sum.defined()) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.9g", loss_sum.item<double>());
-    say(std::string("final loss ") + text);
-  }
-  return 0;
+    return global.item<double>();
+  });
 }
+
+#if MPP_LAB15_HAS_PIPELINE
+/// Pipeline parallel: one stage per rank (4 ranks), 1F1B over 4 micro-batches.
+int train_pipeline(const Settings& s, const mpp::ProcessGroup& world) {
+  using Pipe = mpp::Pipeline<mpp::Uniform<4>, mpp::OneFOneB<4>, mpp::Async<mpp::Gloo>>;
+  Pipe pipe(world, mpp::MlpModel{{s.hidden, s.layers, 42}});
+  torch::nn::Sequential stage = pipe.pieces().front().module;  // shares the stage's layers
+  torch::optim::AdamW optimizer(pipe.parameters(), torch::optim::AdamWOptions(s.lr));
+  Fault fault{s, world.rank()};
+  auto mse = [](const at::Tensor& out, const at::Tensor& target) { return torch::mse_loss(out, target); };
+  return train(s, world, *stage, optimizer, fault, [&](const torch::Tensor& x, const torch::Tensor& y) {
+    return pipe.train_step(pipe.is_first() ? x : torch::Tensor(), pipe.is_last() ? y : torch::Tensor(), mse);
+  });
+}
+#endif
 
 }  // namespace
 
@@ -219,8 +262,13 @@ int main(int argc, char** argv) {
         std::to_string(env.node_rank) + ", local " + std::to_string(env.local_rank) +
         ", launcher " + std::string(mpp::launcher_name(env.launcher)) + ", master " +
         env.master_addr + ":" + std::to_string(env.master_port));
+    if (env.rank == 0) mpp::util::print_blas_report(1);
     if (s.mode == "ddp") return train_ddp(s, world);
-    throw std::invalid_argument("mpp-job: --mode pipeline is not available in this build");
+#if MPP_LAB15_HAS_PIPELINE
+    return train_pipeline(s, world);
+#else
+    throw std::invalid_argument("mpp-job: --mode pipeline needs mpp/pipeline/pipeline.hpp, which this build lacks");
+#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -52,7 +52,7 @@ bounded() { local s="$1"; shift; timeout --kill-after=5 "$s" "$@"; }
 # The job prints "mpp-job: final loss <x>" on global rank 0.
 final_loss() {
   local x
-  x=$(grep -ao 'mpp-job: final loss [-0-9.eE+naninf]*' "$1" | tail -n1 | awk '{print $4}')
+  x=$(grep -ao 'mpp-job: final loss [-0-9.eE+naninf]*' "$1" | tail -n1 | awk '{print $4}' || true)
   [[ -n "$x" ]] || { tail -n 30 "$1" >&2; fail "no 'final loss' line in $1"; }
   echo "$x"
 }
@@ -67,7 +67,7 @@ same_loss() {
 # Decreasing: the last loss is below the first (the job printed "mpp-job: step <s> loss <x>").
 loss_went_down() {
   local first last
-  first=$(grep -ao 'mpp-job: step [0-9]* loss [-0-9.eE+]*' "$1" | head -n1 | awk '{print $5}')
+  first=$(grep -ao 'mpp-job: step [0-9]* loss [-0-9.eE+]*' "$1" | head -n1 | awk '{print $5}' || true)
   last=$(final_loss "$1")
   [[ -n "$first" ]] || fail "no 'step ... loss' line in $1"
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' ||
@@ -82,4 +82,18 @@ reference_loss() {  # NPROC JOB-ARGS...
     "$MPP_JOB" "$@" > "$work/reference.out" 2>&1 ||
     { tail -n 40 "$work/reference.out" >&2; fail "the reference run (mpprun, $n ranks, one host) failed"; }
   final_loss "$work/reference.out"
+}
+
+# The rank a launcher's summary names first: the one whose own failure ended the job.
+first_failure() {
+  { grep -aoE '^(mpprun|mpp launch): rank [0-9]+ (\(pid [0-9]+\) )?(exited|was killed)' "$1" || true; } |
+    head -n1 | awk '{print $3}'
+}
+
+# Seconds from the injected fault ("mpp-job: fault: ... at t=<epoch>") in FILE until now.
+since_fault() {
+  local t
+  t=$(grep -ao 'mpp-job: fault: .* at t=[0-9.]*' "$1" | head -n1 | sed 's/.*at t=//' || true)
+  [[ -n "$t" ]] || fail "no fault line in $1"
+  awk -v s="$t" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'
 }

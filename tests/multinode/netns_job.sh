@@ -55,6 +55,7 @@ grep -aq 'rank 3 of 4, node 1' "$work/node1.out" || fail "node1 did not run glob
 echo "two-node final loss $got (reference $ref), ${elapsed} s, veth node0: sent $tx B, received $rx B"
 same_loss "$got" "$ref" || fail "two-node loss $got differs from the one-host loss $ref"
 # Real TCP between the namespaces: the ranks' traffic crossed the veth, not loopback.
-(( tx > 100000 && rx > 100000 )) ||
+# (node1 cannot reach node0 any other way; the counters show how much went over the link.)
+(( tx > 50000 && rx > 50000 )) ||
   fail "the veth link carried only $tx/$rx bytes: the ranks did not talk across the namespaces"
 pass "$mode over two namespaces: loss $got equals one-host $ref; $tx B out / $rx B in over the veth in ${elapsed} s"

@@ -1,0 +1,176 @@
+// Data-parallel throughput: naive DP (per tensor, coalesced) and DDP (bucket caps 1-100 MiB,
+// async and blocking) on the course's model and on a compute-bound one, plus the single-process
+// baseline that "ideal = world size x single" refers to. Samples/s are global samples
+// (items_per_second).
+//
+//   mpprun --nproc-per-node 2 ./dp_bench [--benchmark_filter=...] [--benchmark_out=dp.json]
+//
+// Every rank runs the same benchmarks with fixed iteration counts (the ranks must issue the
+// same collectives); only rank 0 reports. The single-process baseline runs on rank 0 alone
+// while the other ranks wait at a barrier, so it has a core to itself.
+#include <benchmark/benchmark.h>
+#include <torch/nn/modules/loss.h>
+#include <torch/optim/adam.h>
+
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "mpp/comm/process_group.hpp"
+#include "mpp/data_parallel.hpp"
+#include "mpp/models/mlp.hpp"
+#include "mpp/util/blas.hpp"
+
+namespace {
+
+struct Config {
+  const char* name;
+  std::int64_t hidden;
+  std::int64_t global_batch;
+  int iterations;
+};
+
+// The course's model, and the compute-bound one (the pipeline benchmarks use the same two).
+constexpr Config course{"course_h128_b32", 128, 32, 300};
+constexpr Config compute_bound{"compute_h1024_b128", 1024, 128, 12};
+constexpr int warmup_steps = 3;
+
+mpp::ProcessGroup* world = nullptr;
+
+struct Trainer {
+  torch::nn::Sequential model;
+  std::unique_ptr<torch::optim::Adam> opt;
+  mpp::models::Batch batch;
+  std::function<void()> sync;  // after backward (naive DP); empty for DDP and single
+  std::shared_ptr<void> keep;  // the NaiveDP / DDP object
+
+  Trainer(const Config& c, std::int64_t batch_size) {
+    model = mpp::models::make_full_mlp({.hidden = c.hidden, .layers = 16, .seed = 1});
+    opt =
+        std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-4));
+    batch = mpp::models::make_regression_batch({.hidden = c.hidden, .layers = 16, .seed = 1},
+                                               batch_size, 0);
+  }
+  void step() {
+    opt->zero_grad();
+    torch::mse_loss(model->forward(batch.inputs), batch.targets).backward();
+    if (sync) sync();
+    opt->step();
+  }
+};
+
+void run(benchmark::State& state, Trainer& t, const Config& c) {
+  for (int i = 0; i < warmup_steps; ++i) t.step();
+  world->barrier();
+  for (auto _ : state) t.step();
+  state.SetItemsProcessed(state.iterations() * c.global_batch);
+  state.counters["ranks"] = world->size();
+}
+
+template <class DP>
+void naive(benchmark::State& state, const Config& c) {
+  world->barrier();
+  Trainer t(c, c.global_batch / world->size());
+  auto dp = std::make_shared<DP>(*t.model, *world);
+  t.sync = [dp] { dp->sync_gradients(); };
+  t.keep = dp;
+  run(state, t, c);
+  state.counters["comm_ms_per_step"] =
+      1e3 * dp->comm_seconds() / static_cast<double>(state.iterations() + warmup_steps);
+}
+
+template <class Comm>
+void ddp(benchmark::State& state, const Config& c) {
+  world->barrier();
+  Trainer t(c, c.global_batch / world->size());
+  const auto cap = static_cast<std::size_t>(state.range(0)) * 1024 * 1024;
+  auto d = std::make_shared<mpp::DDP<Comm>>(*t.model, *world, mpp::DdpOptions{.bucket_bytes = cap});
+  t.keep = d;
+  run(state, t, c);
+  state.counters["buckets"] = static_cast<double>(d->buckets().buckets.size());
+  state.counters["exposed_comm_ms_per_step"] =
+      1e3 * d->comm_wait_seconds() / static_cast<double>(state.iterations() + warmup_steps);
+}
+
+void single(benchmark::State& state, const Config& c) {
+  Trainer t(c, c.global_batch);
+  for (int i = 0; i < warmup_steps; ++i) t.step();
+  for (auto _ : state) t.step();
+  state.SetItemsProcessed(state.iterations() * c.global_batch);
+}
+
+class NullReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+void register_all(const Config& c) {
+  const std::string suffix = std::string("/") + c.name;
+  const bool root = world->rank() == 0;
+  if (root)  // the single-process baseline: rank 0 alone, the others wait at the next barrier
+    benchmark::RegisterBenchmark(("Single/global_batch" + suffix).c_str(), single, c)
+        ->Iterations(c.iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  benchmark::RegisterBenchmark(("NaiveDP<Blocking<Gloo>,PerTensor>" + suffix).c_str(),
+                               naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor>>, c)
+      ->Iterations(c.iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark(("NaiveDP<Blocking<Gloo>,Coalesced>" + suffix).c_str(),
+                               naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>, c)
+      ->Iterations(c.iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark(("DDP<Async<Gloo>>" + suffix).c_str(), ddp<mpp::Async<mpp::Gloo>>, c)
+      ->ArgNames({"bucket_mb"})
+      ->Arg(1)
+      ->Arg(5)
+      ->Arg(25)
+      ->Arg(100)
+      ->Iterations(c.iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark(("DDP<Blocking<Gloo>>" + suffix).c_str(),
+                               ddp<mpp::Blocking<mpp::Gloo>>, c)
+      ->ArgNames({"bucket_mb"})
+      ->Arg(25)
+      ->Iterations(c.iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  at::set_num_threads(1);
+  auto group = mpp::init_process_group();
+  world = &group;
+  if (group.rank() != 0) {  // only rank 0 writes --benchmark_out
+    int kept = 1;
+    for (int i = 1; i < argc; ++i)
+      if (std::string_view(argv[i]).substr(0, 15) != "--benchmark_out") argv[kept++] = argv[i];
+    argc = kept;
+  }
+  benchmark::Initialize(&argc, argv);
+  register_all(course);
+  register_all(compute_bound);
+  if (group.rank() == 0) {
+    mpp::util::print_blas_report(at::get_num_threads());
+    std::printf("ranks: %d, one thread each; samples/s = global samples per second\n",
+                group.size());
+    std::fflush(stdout);
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    NullReporter quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet);
+  }
+  group.barrier();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,67 @@
+#pragma once
+// The 2-D mesh of DP x PP: world = data-parallel degree x pipeline degree. Consecutive ranks form
+// one pipeline replica (so a replica's stages sit close, e.g. on one node); the ranks holding the
+// same stage in every replica form that stage's data-parallel group.
+//
+//   4 ranks, pipeline degree 2:        stage 0   stage 1
+//                          replica 0   rank 0    rank 1     <- pipeline group {0, 1}
+//                          replica 1   rank 2    rank 3     <- pipeline group {2, 3}
+//                                      data {0,2} data {1,3}
+//
+// Each rank runs its stage of its replica's pipeline, then all-reduces its stage's gradients with
+// the same stage of the other replicas.
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mpp/comm/process_group.hpp"
+
+namespace mpp {
+
+class DataPipelineMesh {
+ public:
+  /// A collective over `world`: every rank builds the mesh with the same pipeline degree.
+  DataPipelineMesh(const ProcessGroup& world, int pipeline_degree)
+      : pipeline_degree_(pipeline_degree) {
+    if (pipeline_degree < 1)
+      throw std::invalid_argument("mpp: DP x PP mesh needs a pipeline degree >= 1 (got " +
+                                  std::to_string(pipeline_degree) + ")");
+    if (world.size() % pipeline_degree != 0)
+      throw std::invalid_argument(
+          "mpp: DP x PP mesh needs the world size to be a multiple of the pipeline degree, but " +
+          std::to_string(world.size()) + " ranks cannot be cut into pipelines of " +
+          std::to_string(pipeline_degree) + " stages; launch a multiple of " +
+          std::to_string(pipeline_degree) + " ranks or change the number of stages");
+    data_degree_ = world.size() / pipeline_degree;
+    replica_ = world.rank() / pipeline_degree;
+    stage_ = world.rank() % pipeline_degree;
+    std::vector<std::vector<int>> pipelines(static_cast<std::size_t>(data_degree_));
+    std::vector<std::vector<int>> stages(static_cast<std::size_t>(pipeline_degree));
+    for (int r = 0; r < world.size(); ++r) {
+      pipelines[static_cast<std::size_t>(r / pipeline_degree)].push_back(r);
+      stages[static_cast<std::size_t>(r % pipeline_degree)].push_back(r);
+    }
+    pipeline_group_ = world.split(pipelines);
+    data_group_ = world.split(stages);
+  }
+
+  int pipeline_degree() const { return pipeline_degree_; }
+  int data_degree() const { return data_degree_; }
+  /// Which pipeline replica this rank belongs to, and which stage it runs in it.
+  int replica() const { return replica_; }
+  int stage() const { return stage_; }
+  /// The ranks of this rank's pipeline replica (rank i of it runs stage i).
+  const ProcessGroup& pipeline_group() const { return pipeline_group_; }
+  /// The ranks that hold this rank's stage in every replica (rank i of it is in replica i).
+  const ProcessGroup& data_group() const { return data_group_; }
+
+ private:
+  int pipeline_degree_;
+  int data_degree_ = 1;
+  int replica_ = 0;
+  int stage_ = 0;
+  ProcessGroup pipeline_group_;
+  ProcessGroup data_group_;
+};
+
+}  // namespace mpp

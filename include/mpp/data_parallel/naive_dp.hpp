@@ -1,0 +1,125 @@
+#pragma once
+// Naive data parallelism: every rank runs forward and backward on its shard of the batch, then —
+// only once backward is completely done — the gradients are averaged across the ranks and every
+// replica takes the same optimizer step. Nothing overlaps: the whole reduction is added to the
+// step time. Two ways to reduce:
+//
+//   NaiveDP<Comm, PerTensor>  one all_reduce_mean per gradient tensor (the textbook loop; many
+//                             small messages, each paying the per-call latency)
+//   NaiveDP<Comm, Coalesced>  all gradients copied into one flat buffer, one all-reduce, copied
+//                             back (one latency, one big message, two extra copies)
+//
+//   mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced> dp(*model, group);
+//   loss.backward();
+//   dp.sync_gradients();
+//   optimizer.step();
+#include <torch/nn/module.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <string_view>
+#include <vector>
+
+#include "mpp/comm/policy.hpp"
+#include "mpp/comm/process_group.hpp"
+#include "mpp/data_parallel/replicas.hpp"
+
+namespace mpp {
+
+/// Gradient reduction layouts for NaiveDP.
+struct PerTensor {
+  static constexpr std::string_view name = "PerTensor";
+};
+struct Coalesced {
+  static constexpr std::string_view name = "Coalesced";
+};
+
+template <class R>
+concept gradient_reduction = std::same_as<R, PerTensor> || std::same_as<R, Coalesced>;
+
+template <comm_policy Comm = Blocking<Gloo>, gradient_reduction Reduction = PerTensor>
+class NaiveDP {
+ public:
+  using comm_type = Comm;
+  using reduction_type = Reduction;
+
+  /// A collective: checks that every rank holds the same model, then copies rank 0's weights.
+  NaiveDP(torch::nn::Module& module, ProcessGroup group, bool broadcast = true)
+      : NaiveDP(detail::named_parameters(module, /*trainable_only=*/true), std::move(group),
+                broadcast) {}
+
+  /// The same over any list of parameters, e.g. those of a pipeline stage (DP x PP).
+  NaiveDP(std::vector<NamedTensor> params, ProcessGroup group, bool broadcast = true)
+      : group_(std::move(group)), params_(std::move(params)) {
+    if (params_.empty())
+      throw std::invalid_argument(
+          "mpp: NaiveDP needs a module with at least one trainable parameter");
+    check_same_structure(params_, group_, "NaiveDP");
+    if (broadcast) broadcast_tensors(params_, group_);
+    if constexpr (std::same_as<Reduction, Coalesced>) {
+      std::int64_t total = 0;
+      for (const auto& p : params_) {
+        if (p.tensor.scalar_type() != params_.front().tensor.scalar_type())
+          throw std::invalid_argument(
+              "mpp: NaiveDP<..., Coalesced> packs every gradient into one "
+              "buffer and needs one dtype, but " +
+              detail::describe_param(p) + " differs from " +
+              detail::describe_param(params_.front()) +
+              "; use PerTensor or DDP (one bucket per dtype)");
+        total += p.tensor.numel();
+      }
+      flat_ = at::zeros({total}, params_.front().tensor.options());
+    }
+  }
+
+  /// Averages every parameter's gradient over the group. Call after backward, before the step.
+  void sync_gradients() {
+    const auto start = std::chrono::steady_clock::now();
+    for (const auto& p : params_)
+      if (!p.tensor.grad().defined())
+        throw std::runtime_error("mpp: NaiveDP parameter '" + p.name +
+                                 "' has no gradient; every trainable parameter must take part in "
+                                 "the loss on every rank (freeze unused ones with "
+                                 "requires_grad(false) before building NaiveDP)");
+    at::NoGradGuard no_grad;
+    if constexpr (std::same_as<Reduction, PerTensor>) {
+      if constexpr (Comm::semantics == CommSemantics::buffered) {
+        std::vector<Request> pending;
+        pending.reserve(params_.size());
+        for (const auto& p : params_) pending.push_back(group_.iall_reduce_mean(p.tensor.grad()));
+        wait_all(pending);
+      } else {
+        for (const auto& p : params_) group_.all_reduce_mean(p.tensor.grad());
+      }
+    } else {
+      std::int64_t offset = 0;
+      for (const auto& p : params_) {
+        const auto n = p.tensor.numel();
+        flat_.narrow(0, offset, n).copy_(p.tensor.grad().reshape({-1}));
+        offset += n;
+      }
+      group_.all_reduce_mean(flat_);
+      offset = 0;
+      for (const auto& p : params_) {
+        const auto n = p.tensor.numel();
+        p.tensor.mutable_grad().copy_(flat_.narrow(0, offset, n).view(p.tensor.sizes()));
+        offset += n;
+      }
+    }
+    comm_time_ += std::chrono::steady_clock::now() - start;
+  }
+
+  const ProcessGroup& group() const { return group_; }
+  /// Time spent in sync_gradients() since the last reset.
+  double comm_seconds() const { return std::chrono::duration<double>(comm_time_).count(); }
+  void reset_comm_time() { comm_time_ = {}; }
+
+ private:
+  ProcessGroup group_;
+  std::vector<NamedTensor> params_;
+  at::Tensor flat_;
+  std::chrono::steady_clock::duration comm_time_{};
+};
+
+}  // namespace mpp
