@@ -157,6 +157,7 @@ int main(int argc, char** argv) try {
   // With --ddp every rank runs this same program on its share of each global batch; without it,
   // a launcher that starts several copies would have them train separate models into the same
   // files, so that is refused.
+  // [quote:processes]
   std::optional<mpp::ProcessGroup> group;
   if (opt.ddp) {
     group = mpp::init_process_group();
@@ -167,6 +168,7 @@ int main(int argc, char** argv) try {
   }
   const int rank = group ? group->rank() : 0;
   const int world = group ? group->size() : 1;
+  // [/quote:processes]
   if (train_cfg.batch_size % world != 0)
     throw mpp::models::ConfigError(
         "mpp: training.batch_size (" + std::to_string(train_cfg.batch_size) +
@@ -175,12 +177,14 @@ int main(int argc, char** argv) try {
 
   // ---- data ------------------------------------------------------------------------------
   const CharCorpus corpus = make_char_corpus(cfg.data, train_cfg.sequence_length);
+  // [quote:sampler]
   // Every rank visits its share of one permutation per epoch (drop: equal shares, so no rank
   // waits on another in a collective); `batch_size` is the global batch.
   mpp::DistributedSampler sampler(static_cast<std::size_t>(corpus.train.size()), world, rank,
                                   {true, train_cfg.seed, mpp::Remainder::drop});
   const std::int64_t batch_size = train_cfg.batch_size;
   const std::int64_t local_batch = batch_size / world;
+  // [/quote:sampler]
   const std::int64_t steps_per_epoch =
       static_cast<std::int64_t>(sampler.size()) / local_batch;  // last partial batch dropped
   std::int64_t total_steps = steps_per_epoch * train_cfg.epochs;
@@ -261,10 +265,12 @@ int main(int argc, char** argv) try {
   } else
     train_log << "# resumed at step " << progress.step << '\n';
 
+  // [quote:ddp]
   // DDP after the resume: it checks that every rank holds the same parameter structure and
   // broadcasts rank 0's values, then averages gradients in buckets during backward().
   std::optional<mpp::DDP<>> ddp;
   if (group) ddp.emplace(*model, *group);
+  // [/quote:ddp]
 
   const double baseline = std::log(static_cast<double>(cfg.model.vocab_size));
   if (rank == 0 && !opt.quiet) mpp::util::print_blas_report(1);
@@ -315,6 +321,7 @@ int main(int argc, char** argv) try {
   model->train();
   std::int64_t step = progress.step;
   double last_loss = baseline;
+  // [quote:loop]
   for (std::int64_t epoch = progress.epoch; epoch < train_cfg.epochs && step < total_steps;
        ++epoch) {
     sampler.set_epoch(static_cast<std::uint64_t>(epoch));
@@ -335,6 +342,8 @@ int main(int argc, char** argv) try {
       optimizer.step();
 
       ++step;
+      // [/quote:loop]
+      // [quote:global_loss]
       // This rank's loss is on its own samples; the global batch's loss is the mean over ranks
       // (equal shares), the number a single process on the whole batch would report.
       const double local_loss = loss.item<double>();
@@ -344,6 +353,7 @@ int main(int argc, char** argv) try {
         group->all_reduce_mean(global);
         last_loss = global.item<double>();
       }
+      // [/quote:global_loss]
       const double step_seconds = seconds_since(t0);
       const double elapsed = elapsed_before + seconds_since(t_start);
       const bool epoch_end = position + 1 == steps_per_epoch;

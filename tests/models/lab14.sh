@@ -6,7 +6,9 @@
 #   3. under mpprun with --ddp on 2 ranks: every rank writes logs/rank_<r>/train.log, the ranks'
 #      losses differ (different data) and the global loss equals the single-process run's;
 #   4. a DDP run interrupted and resumed on 2 ranks continues the same curve;
-#   5. started by a launcher without --ddp, the program refuses to run.
+#   5. started by a launcher without --ddp, the program refuses to run;
+#   6. Python (Debian's python3-torch) opens the program's checkpoint with torch.load and, from the
+#      saved weights alone, decodes the same greedy sample the program printed.
 #   lab14.sh   (environment: LAB=<train_tiny_transformer>, MPPRUN=<mpprun>)
 set -euo pipefail
 : "${LAB:?path of train_tiny_transformer}" "${MPPRUN:?path of mpprun}"
@@ -89,4 +91,17 @@ if WORLD_SIZE=2 RANK=0 run --config "$work/plain.json" --max-steps 1 --out-dir "
   fail "ran as one of 2 ranks without --ddp"
 fi
 grep -q "without --ddp" "$work/nope.err" || fail "unexpected message: $(cat "$work/nope.err")"
+step "6. torch.load in Python: same weights, same greedy sample"
+if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
+  run --config "$work/plain.json" --max-steps 12 --save-every 12 --sample 40 --out-dir "$work/py" \
+    > "$work/py.out"
+  /usr/bin/python3 "$(dirname "$0")/../../examples/14_tiny_transformer/load_checkpoint.py" \
+    "$work/py/checkpoints/step_12" 40 > "$work/py_load.out" || fail "load_checkpoint.py failed"
+  grep -q "^step 12 (epoch 2, batch 4)" "$work/py_load.out" || fail "unexpected: $(cat "$work/py_load.out")"
+  diff <(sed -n '/^greedy sample/,$p' "$work/py.out") <(sed -n '/^greedy sample/,$p' "$work/py_load.out") ||
+    fail "Python's greedy sample from the checkpoint differs from the program's"
+  echo "python: $(head -1 "$work/py_load.out")"
+else
+  echo "SKIPPED step 6: /usr/bin/python3 has no torch (apt-get install python3-torch)"
+fi
 echo "PASS"
