@@ -81,7 +81,7 @@ expect "$report" "it reported \`BLAS: OpenBLAS (openmp) 0.3.21 from /fake, threa
 expect "$report" "**Skipped:** no benchmark binary under ../build/benchmarks/data_parallel"
 expect "$report" "**This binary failed** (exit 3)"
 expect "$report" "mpp: rank 1 did not answer within 5000 ms"
-expect "$report" "| \`pipeline_fake.py '--json' '$build'\` | torch GPipe m=8 | 900 | \`GPipe<8>/Async<Gloo>\` |"
+expect "$report" "| \`pipeline_fake.py --json $build\` | torch GPipe m=8 | 900 | \`GPipe<8>/Async<Gloo>\` |"
 expect "$report" '| `Naive/Blocking<Gloo>/Uniform<2>` | 400.0 ms | 640 | 0.5200 | 0.5000 | 500 | 1.28× |'
 expect "$report" "| \`pipeline_fake.py\` | torch_naive | 500 | \`Naive/Blocking<Gloo>/Uniform<2>\` |"
 expect "$report" "A fake binary."

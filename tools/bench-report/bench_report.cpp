@@ -87,6 +87,10 @@ std::string trim(std::string s) {
 }
 
 std::string shell_quote(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./:=,+@%", c);
+  });
+  if (plain) return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
@@ -266,7 +270,11 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
                    shell_quote(logs.string()) + " ";
       else if (ranks > 1)
         command += "false mpprun-is-not-built ";
-      command += shell_quote(binary.string()) + " --benchmark_format=json";
+      // --benchmark_out as well, because a binary whose other ranks pass a silent file reporter
+      // needs it (Google Benchmark refuses a file reporter without it); its content is not used.
+      command += shell_quote(binary.string()) + " --benchmark_format=json --benchmark_out=" +
+                 shell_quote((raw_dir / (raw_name(group.folder, name) + ".out_ignored.json")).string()) +
+                 " --benchmark_out_format=json";
       if (!min_time.empty()) command += " --benchmark_min_time=" + min_time;
       if (!filter.empty()) command += " --benchmark_filter=" + shell_quote(filter);
       for (const auto& a : settings.value("args", json::array())) command += " " + shell_quote(a.get<std::string>());
@@ -472,6 +480,14 @@ std::string time_text(double t, const std::string& unit) {
   return s.str();
 }
 
+// Google Benchmark appends the run settings to a name; the tables and plots leave them out.
+std::string display_name(std::string name) {
+  for (const std::string suffix : {"/real_time", "/process_time", "/manual_time"})
+    if (name.size() > suffix.size() && name.ends_with(suffix)) name.resize(name.size() - suffix.size());
+  static const std::regex iterations("/iterations:[0-9]+$");
+  return std::regex_replace(name, iterations, "");
+}
+
 std::string md_escape(std::string s) {
   std::string out;
   for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
@@ -665,7 +681,7 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       Series mpp_series{"mpp", "#3465a4", {}};
       Series ref_series{"PyTorch reference", "#f57900", {}};
       for (const auto& r : rows) {
-        labels.push_back(r.name);
+        labels.push_back(display_name(r.name));
         mpp_series.values.push_back(r.items_per_second);
         const auto* ref = reference_for(r.name);
         ref_series.values.push_back(ref ? ref->items_per_second : NAN);
@@ -704,7 +720,7 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       if (has_reference) md << "|---:|---:";
       md << "|\n";
       for (const auto& r : rows) {
-        md << "| `" << md_escape(r.name) << "` | " << (r.error.empty() ? time_text(r.real_time, r.time_unit) : "error: " + md_escape(r.error))
+        md << "| `" << md_escape(display_name(r.name)) << "` | " << (r.error.empty() ? time_text(r.real_time, r.time_unit) : "error: " + md_escape(r.error))
            << " | " << number(r.items_per_second);
         for (const auto& c : counter_names) md << " | " << (r.counters.count(c) ? number(r.counters.at(c)) : "–");
         if (has_reference) {
