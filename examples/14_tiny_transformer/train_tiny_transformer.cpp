@@ -3,6 +3,7 @@
 //   train_tiny_transformer --epochs 2
 //   train_tiny_transformer --save-every 50 --out-dir runs/a
 //   train_tiny_transformer --resume latest --out-dir runs/a
+//   mpprun --nproc-per-node 2 train_tiny_transformer --ddp      # data parallel, same global batch
 //
 // The model's size comes from config/config.json: raise model.num_hidden_layers and run again.
 // Outputs (under --out-dir): logs/rank_<r>/train.log, metrics.csv, loss_curve.svg, checkpoints/.
@@ -19,12 +20,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "loss_curve.hpp"
 #include "mpp/checkpoint/checkpoint.hpp"
+#include "mpp/comm/process_group.hpp"
+#include "mpp/data_parallel/ddp.hpp"
 #include "mpp/data_parallel/sampler.hpp"
 #include "mpp/models/char_corpus.hpp"
 #include "mpp/models/tiny_transformer.hpp"
@@ -46,13 +50,16 @@ struct Options {
   fs::path out_dir = "runs/tiny_transformer";
   int sample_characters = 160;
   bool quiet = false;
+  bool ddp = false;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
-  std::cerr << "train_tiny_transformer: " << problem << "\n"
-            << "usage: train_tiny_transformer [--config config/config.json] [--epochs N]\n"
-               "         [--max-steps N] [--save-every N] [--resume DIR|latest]\n"
-               "         [--out-dir runs/tiny_transformer] [--sample N] [--quiet]\n";
+  std::cerr
+      << "train_tiny_transformer: " << problem << "\n"
+      << "usage: train_tiny_transformer [--config config/config.json] [--epochs N]\n"
+         "         [--max-steps N] [--save-every N] [--resume DIR|latest]\n"
+         "         [--out-dir runs/tiny_transformer] [--sample N] [--quiet] [--ddp]\n"
+         "  --ddp: one data-parallel rank of a job started by mpprun, torchrun, srun or mpirun\n";
   std::exit(2);
 }
 
@@ -90,6 +97,8 @@ Options parse_args(int argc, char** argv) {
       o.sample_characters = static_cast<int>(number(i));
     else if (arg == "--quiet")
       o.quiet = true;
+    else if (arg == "--ddp")
+      o.ddp = true;
     else if (arg == "--help" || arg == "-h")
       usage("help");
     else
@@ -143,16 +152,39 @@ int main(int argc, char** argv) try {
   TinyTransformerConfig cfg = load_config(opt.config_path);
   if (opt.epochs) cfg.training.epochs = *opt.epochs;
   const auto& train_cfg = cfg.training;
-  const int rank = 0, world = 1;
+
+  // ---- processes -----------------------------------------------------------------------------
+  // With --ddp every rank runs this same program on its share of each global batch; without it,
+  // a launcher that starts several copies would have them train separate models into the same
+  // files, so that is refused.
+  // [quote:processes]
+  std::optional<mpp::ProcessGroup> group;
+  if (opt.ddp) {
+    group = mpp::init_process_group();
+  } else if (const char* ws = std::getenv("WORLD_SIZE"); ws && std::atoi(ws) > 1) {
+    throw std::runtime_error(std::string("mpp: started as one of WORLD_SIZE=") + ws +
+                             " ranks without --ddp: every rank would train its own copy and "
+                             "overwrite the others' files; add --ddp, or run one process");
+  }
+  const int rank = group ? group->rank() : 0;
+  const int world = group ? group->size() : 1;
+  // [/quote:processes]
+  if (train_cfg.batch_size % world != 0)
+    throw mpp::models::ConfigError(
+        "mpp: training.batch_size (" + std::to_string(train_cfg.batch_size) +
+        ") is the global batch and must split evenly over the " + std::to_string(world) +
+        " data-parallel ranks; use a multiple of " + std::to_string(world));
 
   // ---- data ------------------------------------------------------------------------------
   const CharCorpus corpus = make_char_corpus(cfg.data, train_cfg.sequence_length);
+  // [quote:sampler]
   // Every rank visits its share of one permutation per epoch (drop: equal shares, so no rank
   // waits on another in a collective); `batch_size` is the global batch.
   mpp::DistributedSampler sampler(static_cast<std::size_t>(corpus.train.size()), world, rank,
                                   {true, train_cfg.seed, mpp::Remainder::drop});
   const std::int64_t batch_size = train_cfg.batch_size;
   const std::int64_t local_batch = batch_size / world;
+  // [/quote:sampler]
   const std::int64_t steps_per_epoch =
       static_cast<std::int64_t>(sampler.size()) / local_batch;  // last partial batch dropped
   std::int64_t total_steps = steps_per_epoch * train_cfg.epochs;
@@ -168,7 +200,7 @@ int main(int argc, char** argv) try {
   for (const auto& p : model->parameters()) parameters += p.numel();
 
   // ---- outputs -------------------------------------------------------------------------------
-  const fs::path log_dir = opt.out_dir / "logs" / ("rank_" + std::to_string(rank));
+  const fs::path log_dir = opt.out_dir / "logs" / ("rank_" + std::to_string(rank));  // every rank
   const fs::path checkpoint_root = opt.out_dir / "checkpoints";
   fs::create_directories(log_dir);
   std::vector<lab::MetricsRow> metrics;
@@ -198,20 +230,47 @@ int main(int argc, char** argv) try {
           "mpp: refusing checkpoint " + dir.string() +
           ": it has no state.pt (a pipeline checkpoint?); resume it with the "
           "same parallel layout it was written with");
-    ckpt::restore_training_state(state->second, *model, optimizer, dir.string());
+    const int written_by = loaded.manifest.value("world_size", 1);
+    if (written_by != world)
+      throw ckpt::CheckpointError(
+          "mpp: refusing checkpoint " + dir.string() + ": it was written by " +
+          std::to_string(written_by) + " data-parallel rank(s) and this run has " +
+          std::to_string(world) + "; each rank's generator state is in it, so resume with " +
+          std::to_string(written_by) + " rank(s)");
+    ckpt::restore_training_state(state->second, *model, optimizer, dir.string(),
+                                 ckpt::rank_rng_key(rank));
     progress = ckpt::progress_from(loaded.manifest);
     elapsed_before = loaded.manifest.value("elapsed_seconds", 0.0);
     metrics = lab::read_metrics(opt.out_dir / "metrics.csv", progress.step);
-    std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", dir.string().c_str(),
-                static_cast<long long>(progress.step), static_cast<long long>(progress.epoch + 1),
-                static_cast<long long>(progress.position));
+    if (rank == 0)
+      std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", dir.string().c_str(),
+                  static_cast<long long>(progress.step), static_cast<long long>(progress.epoch + 1),
+                  static_cast<long long>(progress.position));
   }
   std::ofstream train_log(log_dir / "train.log",
                           progress.step > 0 ? std::ios::app : std::ios::trunc);
   if (progress.step == 0)
-    train_log << "# step loss samples_per_s time_s\n";
-  else
+    train_log << "# rank " << rank << " of " << world << ": step loss samples_per_s time_s "
+              << "(this rank's loss on its " << local_batch << " samples of each batch)\n";
+  if (progress.step == 0) {
+    // The proof that the data is split: each rank reads a disjoint share of one permutation.
+    sampler.set_epoch(0);
+    const auto order = sampler.indices();
+    train_log << "# sampler: rank " << rank << " reads " << sampler.size() << " of the "
+              << sampler.dataset_size() << " training sequences per epoch (every " << world
+              << "-th of one shuffled order); epoch 1 starts with";
+    for (std::size_t i = 0; i < std::min<std::size_t>(8, order.size()); ++i)
+      train_log << ' ' << order[i];
+    train_log << '\n';
+  } else
     train_log << "# resumed at step " << progress.step << '\n';
+
+  // [quote:ddp]
+  // DDP after the resume: it checks that every rank holds the same parameter structure and
+  // broadcasts rank 0's values, then averages gradients in buckets during backward().
+  std::optional<mpp::DDP<>> ddp;
+  if (group) ddp.emplace(*model, *group);
+  // [/quote:ddp]
 
   const double baseline = std::log(static_cast<double>(cfg.model.vocab_size));
   if (rank == 0 && !opt.quiet) mpp::util::print_blas_report(1);
@@ -219,32 +278,50 @@ int main(int argc, char** argv) try {
     std::printf(
         "tiny transformer: %d blocks, hidden %lld, %lld heads, %lld parameters; %lld train / "
         "%lld validation sequences of %lld characters; %lld steps per epoch; uniform "
-        "baseline ln(%lld) = %.3f\n",
+        "baseline ln(%lld) = %.3f; %d rank(s), %lld samples per rank per step\n",
         cfg.model.num_hidden_layers, static_cast<long long>(cfg.model.hidden_size),
         static_cast<long long>(cfg.model.num_attention_heads), static_cast<long long>(parameters),
         static_cast<long long>(corpus.train.size()),
         static_cast<long long>(corpus.validation.size()),
         static_cast<long long>(train_cfg.sequence_length), static_cast<long long>(steps_per_epoch),
-        static_cast<long long>(cfg.model.vocab_size), baseline);
+        static_cast<long long>(cfg.model.vocab_size), baseline, world,
+        static_cast<long long>(local_batch));
 
+  // Rank 0 writes the checkpoint (the replicas are identical), with every rank's generator
+  // state gathered into it; the barrier keeps the others from running ahead of a half-written
+  // checkpoint.
   auto save = [&](const ckpt::Progress& at, double elapsed) {
+    std::map<std::string, torch::Tensor> rng_states;
+    if (group) {
+      const auto mine = ckpt::cpu_rng_state();
+      auto all = torch::zeros({world, mine.numel()}, torch::kByte);
+      all[rank].copy_(mine);
+      group->all_reduce(all);  // one non-zero row per rank: the sum is the gather
+      for (int r = 0; r < world; ++r) rng_states[ckpt::rank_rng_key(r)] = all[r].clone();
+    }
     const std::string name = "step_" + std::to_string(at.step);
-    ckpt::write_checkpoint(checkpoint_root / name, {ckpt::training_state_file(*model, optimizer)},
-                           {{"config", mpp::models::to_json(cfg)},
-                            {"progress", ckpt::to_json(at)},
-                            {"elapsed_seconds", elapsed},
-                            {"world_size", 1}});
-    const fs::path tmp = checkpoint_root / "latest.tmp";
-    std::ofstream(tmp, std::ios::trunc) << name << '\n';
-    fs::rename(tmp, checkpoint_root / "latest");
+    if (rank == 0) {
+      ckpt::write_checkpoint(checkpoint_root / name,
+                             {ckpt::training_state_file(*model, optimizer, rng_states)},
+                             {{"config", mpp::models::to_json(cfg)},
+                              {"progress", ckpt::to_json(at)},
+                              {"elapsed_seconds", elapsed},
+                              {"world_size", world}});
+      const fs::path tmp = checkpoint_root / "latest.tmp";
+      std::ofstream(tmp, std::ios::trunc) << name << '\n';
+      fs::rename(tmp, checkpoint_root / "latest");
+    }
+    if (group) group->barrier();
   };
 
   // ---- the loop ------------------------------------------------------------------------------
-  const bool tty = isatty(fileno(stdout)) != 0 && !opt.quiet;
+  const bool show = rank == 0 && !opt.quiet;
+  const bool tty = isatty(fileno(stdout)) != 0 && show;
   const auto t_start = std::chrono::steady_clock::now();
   model->train();
   std::int64_t step = progress.step;
   double last_loss = baseline;
+  // [quote:loop]
   for (std::int64_t epoch = progress.epoch; epoch < train_cfg.epochs && step < total_steps;
        ++epoch) {
     sampler.set_epoch(static_cast<std::uint64_t>(epoch));
@@ -265,23 +342,36 @@ int main(int argc, char** argv) try {
       optimizer.step();
 
       ++step;
-      last_loss = loss.item<double>();
-      const double samples_per_second = static_cast<double>(batch_size) / seconds_since(t0);
+      // [/quote:loop]
+      // [quote:global_loss]
+      // This rank's loss is on its own samples; the global batch's loss is the mean over ranks
+      // (equal shares), the number a single process on the whole batch would report.
+      const double local_loss = loss.item<double>();
+      last_loss = local_loss;
+      if (group) {
+        auto global = loss.detach().clone().reshape({1});
+        group->all_reduce_mean(global);
+        last_loss = global.item<double>();
+      }
+      // [/quote:global_loss]
+      const double step_seconds = seconds_since(t0);
       const double elapsed = elapsed_before + seconds_since(t_start);
       const bool epoch_end = position + 1 == steps_per_epoch;
-      lab::MetricsRow row{step, epoch, last_loss, std::nullopt, samples_per_second, elapsed};
-      if (step % train_cfg.eval_every == 0 || epoch_end || step == total_steps)
+      lab::MetricsRow row{
+          step,   epoch, last_loss, std::nullopt, static_cast<double>(batch_size) / step_seconds,
+          elapsed};
+      if (rank == 0 && (step % train_cfg.eval_every == 0 || epoch_end || step == total_steps))
         row.validation_loss = validation_loss(model, corpus.validation, batch_size);
-      metrics.push_back(row);
+      if (rank == 0) metrics.push_back(row);
 
-      if (step % train_cfg.log_every == 0 || row.validation_loss)
-        train_log << step << ' ' << last_loss << ' ' << samples_per_second << ' ' << elapsed
-                  << std::endl;
-      if (!opt.quiet)
+      if (step % train_cfg.log_every == 0 || epoch_end || step == total_steps)
+        train_log << step << ' ' << local_loss << ' '
+                  << static_cast<double>(local_batch) / step_seconds << ' ' << elapsed << std::endl;
+      if (show)
         show_progress(tty, step, total_steps, epoch, train_cfg.epochs, last_loss,
-                      samples_per_second,
+                      row.samples_per_second,
                       step % (train_cfg.eval_every) == 0 || step == total_steps);
-      if (row.validation_loss && !tty && !opt.quiet)
+      if (row.validation_loss && !tty && show)
         std::printf("  step %lld validation loss %.4f\n", static_cast<long long>(step),
                     *row.validation_loss);
 
@@ -295,7 +385,8 @@ int main(int argc, char** argv) try {
   if (tty) std::printf("\n");
   const double seconds = seconds_since(t_start);
 
-  // ---- report --------------------------------------------------------------------------------
+  // ---- report (rank 0) ----------------------------------------------------------------------
+  if (rank != 0) return 0;
   lab::write_metrics(opt.out_dir / "metrics.csv", metrics);
   lab::write_loss_curve_svg(opt.out_dir / "loss_curve.svg", metrics, baseline,
                             "TinyTransformer (" + std::to_string(cfg.model.num_hidden_layers) +

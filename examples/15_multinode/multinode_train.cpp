@@ -35,6 +35,7 @@
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/models/mlp.hpp"
+#include "mpp/util/blas.hpp"
 #if __has_include("mpp/pipeline/pipeline.hpp")
 #include "mpp/partition/uniform.hpp"
 #include "mpp/pipeline/pipeline.hpp"
@@ -103,13 +104,17 @@ struct Fault {
   }
   void operator()() {
     if (!armed()) return;
+    // Wall-clock time of the fault, so that a test can measure how long the others take to stop.
+    char when[32];
+    std::snprintf(when, sizeof when, " at t=%.3f",
+                  std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
     if (s.fault == "kill") {
       say("fault: rank " + std::to_string(rank) + " kills itself (SIGKILL) mid-step " +
-          std::to_string(step));
+          std::to_string(step) + when);
       std::raise(SIGKILL);
     }
     say("fault: rank " + std::to_string(rank) + " stalls for " + std::to_string(s.stall_seconds) +
-        " s mid-step " + std::to_string(step));
+        " s mid-step " + std::to_string(step) + when);
     std::this_thread::sleep_for(std::chrono::duration<double>(s.stall_seconds));
   }
 };
@@ -257,6 +262,7 @@ int main(int argc, char** argv) {
         std::to_string(env.node_rank) + ", local " + std::to_string(env.local_rank) +
         ", launcher " + std::string(mpp::launcher_name(env.launcher)) + ", master " +
         env.master_addr + ":" + std::to_string(env.master_port));
+    if (env.rank == 0) mpp::util::print_blas_report(1);
     if (s.mode == "ddp") return train_ddp(s, world);
 #if MPP_LAB15_HAS_PIPELINE
     return train_pipeline(s, world);

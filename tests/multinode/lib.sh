@@ -89,3 +89,11 @@ first_failure() {
   { grep -aoE '^(mpprun|mpp launch): rank [0-9]+ (\(pid [0-9]+\) )?(exited|was killed)' "$1" || true; } |
     head -n1 | awk '{print $3}'
 }
+
+# Seconds from the injected fault ("mpp-job: fault: ... at t=<epoch>") in FILE until now.
+since_fault() {
+  local t
+  t=$(grep -ao 'mpp-job: fault: .* at t=[0-9.]*' "$1" | head -n1 | sed 's/.*at t=//' || true)
+  [[ -n "$t" ]] || fail "no fault line in $1"
+  awk -v s="$t" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'
+}

@@ -265,7 +265,8 @@ inline void set_cpu_rng_state(const torch::Tensor& state) {
 /// dtype, nothing extra, optimizer state complete or absent) and only then copies it into the
 /// model, the optimizer and (if present) the CPU generator. Throws CheckpointError otherwise.
 inline void restore_training_state(const StateFile& file, torch::nn::Module& model,
-                                   torch::optim::AdamW& optimizer, const std::string& origin) {
+                                   torch::optim::AdamW& optimizer, const std::string& origin,
+                                   const std::string& rng_key = "cpu") {
   const std::string refuse = "mpp: refusing checkpoint " + origin + ": ";
   const std::string fix =
       "; it was written for a different model -- use the config it was "
@@ -313,9 +314,11 @@ inline void restore_training_state(const StateFile& file, torch::nn::Module& mod
                           fix);
   auto rng = file.groups.find("rng");
   if (rng != file.groups.end()) {
-    auto it = rng->second.find("cpu");
+    auto it = rng->second.find(rng_key);
     if (it == rng->second.end() || it->second.scalar_type() != torch::kByte)
-      throw CheckpointError(refuse + "the rng group holds no byte tensor \"cpu\"" + fix);
+      throw CheckpointError(refuse + "the rng group holds no byte tensor \"" + rng_key +
+                            "\" (written by another number of ranks?); resume with the number of "
+                            "ranks the checkpoint was written with");
   }
 
   // Everything checked: now apply.
@@ -336,17 +339,26 @@ inline void restore_training_state(const StateFile& file, torch::nn::Module& mod
     s->exp_avg_sq(saved_opt.at(item.key() + ".exp_avg_sq").clone());
     state[key] = std::move(s);
   }
-  if (rng != file.groups.end()) set_cpu_rng_state(rng->second.at("cpu"));
+  if (rng != file.groups.end()) set_cpu_rng_state(rng->second.at(rng_key));
 }
 
-/// The state file of a whole model on one process (single process and DDP rank 0).
+/// The state file of a whole model (single process, or DDP rank 0). `rng_states` holds the
+/// generator state of every rank ("cpu" for rank 0, "cpu_rank_<r>" for the others); empty means
+/// this process's generator only.
 inline StateFile training_state_file(const torch::nn::Module& model, torch::optim::AdamW& optimizer,
+                                     std::map<std::string, torch::Tensor> rng_states = {},
                                      std::string name = "state.pt") {
   StateFile file{std::move(name), {}};
   file.groups["model"] = model_tensors(model);
   file.groups["optimizer"] = adamw_tensors(model, optimizer);
-  file.groups["rng"] = {{"cpu", cpu_rng_state()}};
+  if (rng_states.empty()) rng_states["cpu"] = cpu_rng_state();
+  file.groups["rng"] = std::move(rng_states);
   return file;
+}
+
+/// The key of rank `rank`'s generator state in the "rng" group.
+inline std::string rank_rng_key(int rank) {
+  return rank == 0 ? "cpu" : "cpu_rank_" + std::to_string(rank);
 }
 
 /// Refuses a checkpoint whose recorded settings differ from `current` in any key except
