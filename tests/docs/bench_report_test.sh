@@ -37,12 +37,28 @@ cat >"$build/benchmarks/comm/bench_broken" <<'SH'
 echo "mpp: rank 1 did not answer within 5000 ms" >&2
 exit 3
 SH
-chmod +x "$build/benchmarks/pipeline/bench_fake" "$build/benchmarks/comm/bench_broken"
+# A stand-in for mpprun: runs the program once as rank 0 of N, logs its stdout where mpprun does.
+mkdir -p "$build/tools/mpprun"
+cat >"$build/tools/mpprun/mpprun" <<'SH'
+#!/usr/bin/env bash
+[[ $1 == --nproc-per-node ]] || { echo "fake mpprun: expected --nproc-per-node" >&2; exit 2; }
+n=$2; shift 2
+[[ $1 == --log-dir ]] || { echo "fake mpprun: expected --log-dir" >&2; exit 2; }
+logs=$2; shift 2
+mkdir -p "$logs/rank_0"
+echo "$n" >"$logs/ranks"
+RANK=0 WORLD_SIZE=$n "$@" | tee "$logs/rank_0/stdout.log" | sed 's/^/[rank0]: /'
+exit "${PIPESTATUS[0]}"
+SH
+chmod +x "$build/benchmarks/pipeline/bench_fake" "$build/benchmarks/comm/bench_broken" "$build/tools/mpprun/mpprun"
 cat >"$src/benchmarks/reference/pipeline_fake.py" <<'PY'
 import json, sys
 print("log line: starting", sys.argv[1:])
 if "--json" in sys.argv:
     print(json.dumps({"name": "torch GPipe m=8", "items_per_second": 900.0, "bubble_measured": 0.14}))
+elif "--config" in sys.argv:
+    import os
+    print(json.dumps({"config": "course_h128_b32", "samples_per_second": 777.0, "ranks_seen": int(os.environ["WORLD_SIZE"])}))
 else:
     print("RESULT torch_naive 500.0")
 PY
@@ -57,6 +73,7 @@ cat >"$src/tools/bench-report/report.json" <<'JSON'
      "compare_with": "GPipe<8>/Async<Gloo>"},
     {"group": "pipeline", "script": "pipeline_fake.py", "args": [],
      "compare_with": "Naive/Blocking<Gloo>/Uniform<2>"},
+    {"group": "pipeline", "script": "pipeline_fake.py", "args": ["--config"], "ranks": 2},
     {"group": "data_parallel", "script": "ddp_missing.py", "args": []}
   ],
   "not_run": {"helper.py": "imported by the others"}
@@ -87,6 +104,10 @@ expect "$report" "| \`pipeline_fake.py\` | torch_naive | 500 | \`Naive/Blocking<
 expect "$report" "A fake binary."
 expect "$report" "| \`ddp_missing.py\` | not run: benchmarks/reference/ddp_missing.py is not in this tree | – | – |"
 expect "$report" "| load average | "
+expect "$report" "| \`pipeline_fake.py --config\` | course_h128_b32 | 777 | – |"
+expect "$report" "\`benchmarks/pipeline/bench_fake\` on 1 rank(s)"
+[[ $(cat "$src/docs/figures/benchmarks/raw/pipeline__pipeline_fake.py_2_logs/ranks" 2>/dev/null) == 2 ]] ||
+  fail "the 2-rank reference was not started through mpprun with 2 ranks"
 expect "$report" "- \`benchmarks/reference/helper.py\`: imported by the others"
 expect "$report" "- \`benchmarks/reference/unlisted.py\`: not listed in tools/bench-report/report.json"
 expect "$report" "![bench_fake throughput](figures/benchmarks/pipeline_bench_fake.svg)"

@@ -12,11 +12,11 @@
 // 16 Linear layers cut into 4 stages, 1F1B over 8 micro-batches, sends posted over Gloo.
 using Pipe = mpp::Pipeline<mpp::Uniform<4>, mpp::OneFOneB<8>, mpp::Async<mpp::Gloo>>;
 
-// The compiler replays schedules: 1F1B also runs with blocking sends (no deadlock, every
+// The compiler replays the schedule: it would also run with blocking sends (no deadlock, every
 // micro-batch once) and holds at most 4 micro-batches on rank 0, where GPipe holds all 8.
-constexpr auto one_f_one_b = mpp::verify<mpp::OneFOneB<8>, mpp::Blocking<mpp::Gloo>>(4);
-static_assert(one_f_one_b.ok && one_f_one_b.peak_in_flight[0] == 4);
-static_assert(mpp::verify<mpp::GPipe<8>, mpp::Blocking<mpp::Gloo>>(4).peak_in_flight[0] == 8);
+constexpr auto proof = mpp::verify<Pipe::schedule_type, mpp::Blocking<mpp::Gloo>>(Pipe::stages);
+static_assert(proof.ok && proof.peak_in_flight[0] == 4);
+static_assert(mpp::verify<mpp::GPipe<8>, mpp::Blocking<mpp::Gloo>>(Pipe::stages).peak_in_flight[0] == 8);
 
 int main() {
   auto world = mpp::init_process_group();  // RANK, WORLD_SIZE, ... as mpprun or torchrun set them

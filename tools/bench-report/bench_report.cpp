@@ -329,16 +329,28 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
       } else if (!with_python) {
         entry["skipped"] = "--no-python";
       } else {
-        std::cerr << "bench-report: running " << script << args << " ..." << std::flush;
-        const auto r = run("cd " + shell_quote(source_dir.string()) + " && " + env + "/usr/bin/python3 " +
+        // A reference that is a rank of a world (ranks > 1) is started by mpprun like the binaries;
+        // its measurements are what rank 0 prints.
+        const int ranks = ref.value("ranks", 1);
+        entry["ranks"] = ranks;
+        const std::string raw = raw_name(group.folder, script) + "_" + std::to_string(index++);
+        const fs::path logs = raw_dir / (raw + "_logs");
+        std::string launcher;
+        if (ranks > 1)
+          launcher = fs::exists(mpprun) ? shell_quote(mpprun.string()) + " --nproc-per-node " + std::to_string(ranks) +
+                                              " --log-dir " + shell_quote(logs.string()) + " "
+                                        : "false mpprun-is-not-built ";
+        std::cerr << "bench-report: running " << script << args << " on " << ranks << " rank(s) ..." << std::flush;
+        const auto r = run("cd " + shell_quote(source_dir.string()) + " && " + env + launcher + "/usr/bin/python3 " +
                                shell_quote(path.string()) + args,
                            timeout_s);
         std::cerr << " " << std::fixed << std::setprecision(0) << r.seconds << " s, exit " << r.status << "\n";
         entry["status"] = r.status;
         entry["seconds"] = r.seconds;
-        entry["raw"] = raw_name(group.folder, script) + "_" + std::to_string(index++) + ".log";
+        entry["raw"] = raw + ".log";
         if (r.status != 0) entry["failure"] = last_lines(r.output, 15);
-        write_file(raw_dir / entry["raw"].get<std::string>(), r.output);
+        const bool from_log = ranks > 1 && fs::exists(logs / "rank_0" / "stdout.log");
+        write_file(raw_dir / entry["raw"].get<std::string>(), from_log ? read_file(logs / "rank_0" / "stdout.log") : r.output);
       }
       if (entry.contains("skipped")) std::cerr << "bench-report: not running " << script << ": " << entry["skipped"].get<std::string>() << "\n";
       run_info["references"].push_back(entry);
@@ -438,14 +450,19 @@ std::vector<ReferenceRow> reference_rows(const std::string& output) {
     }
     if (line.empty() || line.front() != '{') continue;
     const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("name")) continue;
+    if (j.is_discarded() || !j.is_object()) continue;
+    // "name" or "config" names the measurement; "items_per_second" or "samples_per_second" is it.
+    const char* name_key = j.contains("name") ? "name" : j.contains("config") ? "config" : nullptr;
+    const char* rate_key = j.contains("items_per_second")     ? "items_per_second"
+                           : j.contains("samples_per_second") ? "samples_per_second"
+                                                              : nullptr;
+    if (!name_key || !rate_key || !j[rate_key].is_number()) continue;
     ReferenceRow r;
-    r.name = j["name"].is_string() ? j["name"].get<std::string>() : j["name"].dump();
-    if (j.contains("items_per_second") && j["items_per_second"].is_number())
-      r.items_per_second = j["items_per_second"].get<double>();
+    r.name = j[name_key].is_string() ? j[name_key].get<std::string>() : j[name_key].dump();
+    r.items_per_second = j[rate_key].get<double>();
     r.compare_with = j.value("compare_with", "");
     for (const auto& [key, value] : j.items())
-      if (key != "items_per_second" && value.is_number()) r.counters[key] = value.get<double>();
+      if (key != rate_key && value.is_number()) r.counters[key] = value.get<double>();
     rows.push_back(r);
   }
   return rows;
