@@ -43,6 +43,10 @@ class DataPipelineMesh {
     }
     pipeline_group_ = world.split(pipelines);
     data_group_ = world.split(stages);
+    // A rank returns from connecting a group once its own links are up, possibly before a slower
+    // peer's are; if it then dropped the group (an error right after construction) that peer's
+    // connect would fail. Nobody leaves the constructor before everyone is connected.
+    world.barrier();
   }
 
   int pipeline_degree() const { return pipeline_degree_; }
