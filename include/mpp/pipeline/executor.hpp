@@ -390,6 +390,7 @@ class Executor {
 
   bool uses_split_backward() const { return has_split_backward_; }
 
+  // [quote:rebuild_graph]
   /// Under Recompute: the forward again, this time with the graph (and layer outputs if split).
   template <class LossFn>
   void rebuild_graph(const Action& a, Slot& s, LossFn& loss_fn, bool split) {
@@ -410,6 +411,7 @@ class Executor {
     recorder_.record(trace::EventKind::recompute, Op::F, a.micro_batch, a.chunk, -1, t0,
                      recorder_.now());
   }
+  // [/quote:rebuild_graph]
 
   /// B (split = false): input and weight gradients. I (split = true): input gradient and the
   /// gradient at every layer output, keeping the graph for W.
@@ -470,6 +472,7 @@ class Executor {
                      recorder_.now());
   }
 
+  // [quote:weight_grad]
   /// W: each layer's parameter gradients from its own output gradient, through its local graph.
   void weight_grad(const Action& a) {
     Slot& s = slot(a.chunk, a.micro_batch);
@@ -490,6 +493,7 @@ class Executor {
     finish_slot(s);
     s.input_grad = keep_input_grad;
   }
+  // [/quote:weight_grad]
 
   void finish_slot(Slot& s) {
     release(s);

@@ -139,10 +139,11 @@ inline std::string chrome_trace(std::span<const RankTrace> traces) {
   return render_chrome_trace(events, 1.0);
 }
 
-/// The measured timeline as ASCII (rank rows, time in microseconds; '.' is idle).
+/// The measured timeline as ASCII: rank rows, compute only (time blocked or idle shows as '.'),
+/// time in microseconds.
 inline std::string ascii_timeline(std::span<const RankTrace> traces,
                                   const AsciiOptions& options = {}) {
-  const auto events = timed_events(traces);
+  const auto events = timed_events(traces, /*comm=*/false);
   return render_ascii(events, options);
 }
 
