@@ -328,7 +328,7 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
       json entry{{"group", group.folder},
                  {"binary", name},
                  {"ranks", ranks},
-                 {"path", fs::relative(binary, build_dir).string()},
+                 {"path", fs::relative(binary, source_dir).string()},
                  {"status", r.status},
                  {"seconds", r.seconds},
                  {"blas", first_line_with(stdout_text.substr(0, at == std::string::npos ? stdout_text.size() : at), "BLAS:")},
