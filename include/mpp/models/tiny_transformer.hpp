@@ -39,9 +39,7 @@
 namespace mpp::models {
 
 /// Number of parts of the chain: embedding, one per block, head.
-inline int num_parts(const TransformerConfig& cfg) {
-  return cfg.num_hidden_layers + 2;
-}
+inline int num_parts(const TransformerConfig& cfg) { return cfg.num_hidden_layers + 2; }
 
 /// The name a part's parameters are prefixed with, in the whole model and in any stage.
 inline std::string part_name(const TransformerConfig& cfg, int part) {
