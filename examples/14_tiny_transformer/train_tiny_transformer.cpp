@@ -301,12 +301,13 @@ int main(int argc, char** argv) try {
     }
     const std::string name = "step_" + std::to_string(at.step);
     if (rank == 0) {
-      ckpt::write_checkpoint(checkpoint_root / name,
-                             {ckpt::training_state_file(*model, optimizer, rng_states)},
-                             {{"config", mpp::models::to_json(cfg)},
-                              {"progress", ckpt::to_json(at)},
-                              {"elapsed_seconds", elapsed},
-                              {"world_size", world}});
+      ckpt::write_checkpoint(
+          checkpoint_root / name,
+          {ckpt::training_state_file(ckpt::model_tensors(*model), optimizer, rng_states)},
+          {{"config", mpp::models::to_json(cfg)},
+           {"progress", ckpt::to_json(at)},
+           {"elapsed_seconds", elapsed},
+           {"world_size", world}});
       const fs::path tmp = checkpoint_root / "latest.tmp";
       std::ofstream(tmp, std::ios::trunc) << name << '\n';
       fs::rename(tmp, checkpoint_root / "latest");

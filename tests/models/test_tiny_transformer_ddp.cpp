@@ -6,11 +6,13 @@
 #include <torch/optim/adamw.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "../support/worker.hpp"
 #include "../support/world.hpp"
+#include "mpp/checkpoint/sharded.hpp"
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/data_parallel/sampler.hpp"
@@ -129,4 +131,60 @@ TEST_CASE("models: TinyTransformer under DDP on 2 ranks equals one process on th
     return out.substr(at, out.find('\n', at) - at).substr(13);
   };
   CHECK(losses(0) != losses(1));
+}
+
+// A checkpoint written by two ranks that each hold half of the model's parts (as pipeline
+// stages do): each rank writes its part, rank 0 the manifest; every rank reads it back whole.
+MPP_TEST_WORKER("tiny_transformer_sharded_checkpoint") {
+  namespace fs = std::filesystem;
+  namespace ckpt = mpp::checkpoint;
+  torch::set_num_threads(1);
+  auto group = mpp::init_process_group();
+  const auto cfg = ddp_config();
+  const int parts = num_parts(cfg.model), half = parts / 2;
+  const int begin = group.rank() == 0 ? 0 : half, end = group.rank() == 0 ? half : parts;
+  TinyTransformer stage(cfg.model, begin, end);
+  torch::optim::AdamW optimizer(stage->parameters(), torch::optim::AdamWOptions(1e-2));
+  for (auto& p : stage->parameters()) p.mutable_grad() = torch::ones_like(p);
+  optimizer.step();
+  const fs::path dir = fs::path(argv[argc - 1]) / "step_1";
+  const std::string mine = "stage_" + std::to_string(group.rank()) + ".pt";
+  ckpt::write_sharded_checkpoint(
+      dir, group, ckpt::training_state_file(ckpt::model_tensors(*stage), optimizer, {}, mine),
+      {{"progress", ckpt::to_json({1, 0, 1})}, {"world_size", 2}});
+  const auto loaded = ckpt::read_checkpoint(dir);  // checks both files and the manifest
+  if (loaded.files.size() != 2 || !fs::exists(dir / "manifest.json") ||
+      fs::exists(dir.string() + ".tmp"))
+    throw std::runtime_error("expected two state files and a manifest in place");
+  TinyTransformer fresh(cfg.model, begin, end);  // same init; the step must come from the file
+  torch::optim::AdamW fresh_opt(fresh->parameters(), torch::optim::AdamWOptions(1e-2));
+  ckpt::restore_training_state(loaded.files.at(mine), *fresh, fresh_opt, dir.string());
+  for (const auto& item : stage->named_parameters())
+    if (!torch::equal(item.value(), fresh->named_parameters()[item.key()]))
+      throw std::runtime_error("parameter " + item.key() + " not restored");
+  std::printf("rank %d restored %zu tensors of %s\n", group.rank(),
+              fresh->named_parameters().size(), mine.c_str());
+  return 0;
+}
+
+TEST_CASE("checkpoint: two ranks write one sharded checkpoint (a file each plus the manifest)") {
+  namespace fs = std::filesystem;
+  const auto dir = fs::temp_directory_path() / ("mpp_sharded_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  mpp::test::WorldOptions options;
+  options.args = {dir.string()};
+  auto world = mpp::test::run_world(2, "tiny_transformer_sharded_checkpoint", options);
+  INFO(world.report());
+  REQUIRE(world.ok());
+  const auto loaded = mpp::checkpoint::read_checkpoint(dir / "step_1");
+  CHECK(loaded.files.count("stage_0.pt") == 1);
+  CHECK(loaded.files.count("stage_1.pt") == 1);
+  CHECK(loaded.files.at("stage_0.pt").groups.at("model").count("embed.token.weight") == 1);
+  CHECK(loaded.files.at("stage_1.pt").groups.at("model").count("head.lm_head.weight") == 1);
+  // A torn checkpoint (one stage's file cut short) is refused as a whole.
+  fs::resize_file(dir / "step_1" / "stage_1.pt", 100);
+  CHECK_THROWS_WITH_AS(mpp::checkpoint::read_checkpoint(dir / "step_1"),
+                       doctest::Contains("stage_1.pt has 100 bytes"),
+                       mpp::checkpoint::CheckpointError);
+  fs::remove_all(dir);
 }
