@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel.hpp"
@@ -49,8 +50,10 @@ struct Trainer {
 
   Trainer(const Config& c, std::int64_t batch_size) {
     model = mpp::models::make_full_mlp({.hidden = c.hidden, .layers = 16, .seed = 1});
-    opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-4));
-    batch = mpp::models::make_regression_batch({.hidden = c.hidden, .layers = 16, .seed = 1}, batch_size, 0);
+    opt =
+        std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-4));
+    batch = mpp::models::make_regression_batch({.hidden = c.hidden, .layers = 16, .seed = 1},
+                                               batch_size, 0);
   }
   void step() {
     opt->zero_grad();
@@ -76,7 +79,8 @@ void naive(benchmark::State& state, const Config& c) {
   t.sync = [dp] { dp->sync_gradients(); };
   t.keep = dp;
   run(state, t, c);
-  state.counters["comm_ms_per_step"] = 1e3 * dp->comm_seconds() / static_cast<double>(state.iterations() + warmup_steps);
+  state.counters["comm_ms_per_step"] =
+      1e3 * dp->comm_seconds() / static_cast<double>(state.iterations() + warmup_steps);
 }
 
 template <class Comm>
@@ -110,19 +114,35 @@ void register_all(const Config& c) {
   const bool root = world->rank() == 0;
   if (root)  // the single-process baseline: rank 0 alone, the others wait at the next barrier
     benchmark::RegisterBenchmark(("Single/global_batch" + suffix).c_str(), single, c)
-        ->Iterations(c.iterations)->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Iterations(c.iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   benchmark::RegisterBenchmark(("NaiveDP<Blocking<Gloo>,PerTensor>" + suffix).c_str(),
                                naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor>>, c)
-      ->Iterations(c.iterations)->Unit(benchmark::kMillisecond)->UseRealTime();
+      ->Iterations(c.iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
   benchmark::RegisterBenchmark(("NaiveDP<Blocking<Gloo>,Coalesced>" + suffix).c_str(),
                                naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>, c)
-      ->Iterations(c.iterations)->Unit(benchmark::kMillisecond)->UseRealTime();
+      ->Iterations(c.iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
   benchmark::RegisterBenchmark(("DDP<Async<Gloo>>" + suffix).c_str(), ddp<mpp::Async<mpp::Gloo>>, c)
-      ->ArgNames({"bucket_mb"})->Arg(1)->Arg(5)->Arg(25)->Arg(100)
-      ->Iterations(c.iterations)->Unit(benchmark::kMillisecond)->UseRealTime();
-  benchmark::RegisterBenchmark(("DDP<Blocking<Gloo>>" + suffix).c_str(), ddp<mpp::Blocking<mpp::Gloo>>, c)
-      ->ArgNames({"bucket_mb"})->Arg(25)
-      ->Iterations(c.iterations)->Unit(benchmark::kMillisecond)->UseRealTime();
+      ->ArgNames({"bucket_mb"})
+      ->Arg(1)
+      ->Arg(5)
+      ->Arg(25)
+      ->Arg(100)
+      ->Iterations(c.iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark(("DDP<Blocking<Gloo>>" + suffix).c_str(),
+                               ddp<mpp::Blocking<mpp::Gloo>>, c)
+      ->ArgNames({"bucket_mb"})
+      ->Arg(25)
+      ->Iterations(c.iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
 }
 
 }  // namespace
@@ -131,17 +151,24 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);
   auto group = mpp::init_process_group();
   world = &group;
+  if (group.rank() != 0) {  // only rank 0 writes --benchmark_out
+    int kept = 1;
+    for (int i = 1; i < argc; ++i)
+      if (std::string_view(argv[i]).substr(0, 15) != "--benchmark_out") argv[kept++] = argv[i];
+    argc = kept;
+  }
   benchmark::Initialize(&argc, argv);
   register_all(course);
   register_all(compute_bound);
   if (group.rank() == 0) {
     mpp::util::print_blas_report(at::get_num_threads());
-    std::printf("ranks: %d, one thread each; samples/s = global samples per second\n", group.size());
+    std::printf("ranks: %d, one thread each; samples/s = global samples per second\n",
+                group.size());
     std::fflush(stdout);
     benchmark::RunSpecifiedBenchmarks();
   } else {
-    NullReporter quiet, quiet_file;
-    benchmark::RunSpecifiedBenchmarks(&quiet, &quiet_file);
+    NullReporter quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet);
   }
   group.barrier();
   benchmark::Shutdown();

@@ -67,10 +67,12 @@ int main(int argc, char** argv) {
     }
     for (auto& opt : optimizers) opt.step();
 
-    std::printf("step %d  loss: whole batch %.6f | replica 0 (rows 0-%lld) %.6f | replica 1 (rows %lld-%lld) %.6f | mean %.6f\n",
-                step, full_loss.item<double>(), static_cast<long long>(half - 1), losses[0],
-                static_cast<long long>(half), static_cast<long long>(batch - 1), losses[1],
-                (losses[0] + losses[1]) / 2);
+    std::printf(
+        "step %d  loss: whole batch %.6f | replica 0 (rows 0-%lld) %.6f | replica 1 (rows "
+        "%lld-%lld) %.6f | mean %.6f\n",
+        step, full_loss.item<double>(), static_cast<long long>(half - 1), losses[0],
+        static_cast<long long>(half), static_cast<long long>(batch - 1), losses[1],
+        (losses[0] + losses[1]) / 2);
   }
 
   // Compare parameters: replicas with each other (bit for bit) and with the monolith.
@@ -84,7 +86,9 @@ int main(int argc, char** argv) {
     to_monolith = std::max(to_monolith, (p0[i] - pm[i]).abs().max().item<double>());
   }
   std::printf("\nreplicas bit-identical: %s\n", identical ? "yes" : "NO");
-  std::printf("largest difference to the monolith after %d steps: %.3g (float rounding: the sums are "
-              "taken in another order)\n", steps, to_monolith);
+  std::printf(
+      "largest difference to the monolith after %d steps: %.3g (float rounding: the sums are "
+      "taken in another order)\n",
+      steps, to_monolith);
   return identical && to_monolith < 1e-5 ? 0 : 1;
 }

@@ -7,9 +7,9 @@
 // steps, so their weights never drift apart (checked at the end, bit for bit).
 //
 //   mpprun --nproc-per-node 2 ./naive_dp [--coalesced] [--hidden 128] [--global-batch 64]
-#include <CLI/CLI.hpp>
 #include <torch/nn/modules/loss.h>
 #include <torch/optim/adam.h>
+#include <CLI/CLI.hpp>
 
 #include <ATen/Parallel.h>
 
@@ -26,16 +26,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 template <class DP>
-int train(const mpp::ProcessGroup& world, const mpp::models::MlpConfig& cfg, std::int64_t dataset_size,
-          std::int64_t global_batch, int epochs) {
+int train(const mpp::ProcessGroup& world, const mpp::models::MlpConfig& cfg,
+          std::int64_t dataset_size, std::int64_t global_batch, int epochs) {
   // Each rank builds its replica with its own seed: the broadcast inside NaiveDP fixes that.
-  auto model = mpp::models::make_full_mlp({cfg.hidden, cfg.layers, cfg.seed + static_cast<std::uint64_t>(world.rank())});
+  auto model = mpp::models::make_full_mlp(
+      {cfg.hidden, cfg.layers, cfg.seed + static_cast<std::uint64_t>(world.rank())});
   DP dp(*model, world);
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
 
   // The dataset: the same on every rank (here generated; in practice read from disk).
   const auto data = mpp::models::make_regression_batch(cfg, dataset_size, /*step=*/0);
-  mpp::DistributedSampler sampler(static_cast<std::size_t>(dataset_size), world.size(), world.rank());
+  mpp::DistributedSampler sampler(static_cast<std::size_t>(dataset_size), world.size(),
+                                  world.rank());
   const std::int64_t local_batch = global_batch / world.size();
 
   double compute_s = 0;
@@ -51,7 +53,8 @@ int train(const mpp::ProcessGroup& world, const mpp::models::MlpConfig& cfg, std
       const auto rows = index.narrow(0, first, local_batch);
       const auto t0 = Clock::now();
       opt.zero_grad();
-      auto loss = torch::mse_loss(model->forward(data.inputs.index_select(0, rows)), data.targets.index_select(0, rows));
+      auto loss = torch::mse_loss(model->forward(data.inputs.index_select(0, rows)),
+                                  data.targets.index_select(0, rows));
       loss.backward();
       compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
       dp.sync_gradients();  // the whole all-reduce happens here, after backward
@@ -60,14 +63,18 @@ int train(const mpp::ProcessGroup& world, const mpp::models::MlpConfig& cfg, std
       ++batches;
       samples += global_batch;
     }
-    std::printf("rank %d  epoch %d  mean loss on my shard %.5f\n", world.rank(), epoch, epoch_loss / batches);
+    std::printf("rank %d  epoch %d  mean loss on my shard %.5f\n", world.rank(), epoch,
+                epoch_loss / batches);
   }
   const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
   const auto report = mpp::compare_replicas(*model, world);
-  std::printf("rank %d  %s: %.0f samples/s | backward+forward %.3f s, all-reduce %.3f s (%.0f%% of the run)\n",
-              world.rank(), DP::reduction_type::name.data(), samples / total_s, compute_s, dp.comm_seconds(),
-              100.0 * dp.comm_seconds() / total_s);
-  std::printf("rank %d  replicas bit-identical: %s\n", world.rank(), report ? "yes" : report.first_difference.c_str());
+  std::printf(
+      "rank %d  %s: %.0f samples/s | backward+forward %.3f s, all-reduce %.3f s (%.0f%% of the "
+      "run)\n",
+      world.rank(), DP::reduction_type::name.data(), samples / total_s, compute_s,
+      dp.comm_seconds(), 100.0 * dp.comm_seconds() / total_s);
+  std::printf("rank %d  replicas bit-identical: %s\n", world.rank(),
+              report ? "yes" : report.first_difference.c_str());
   return report ? 0 : 1;
 }
 
@@ -79,7 +86,8 @@ int main(int argc, char** argv) {
   mpp::models::MlpConfig cfg;
   std::int64_t dataset_size = 2048, global_batch = 64;
   int epochs = 3;
-  app.add_flag("--coalesced", coalesced, "one all-reduce of one flat buffer instead of one per tensor");
+  app.add_flag("--coalesced", coalesced,
+               "one all-reduce of one flat buffer instead of one per tensor");
   app.add_option("--hidden", cfg.hidden, "width of the 16 Linear layers");
   app.add_option("--dataset", dataset_size, "samples in the dataset");
   app.add_option("--global-batch", global_batch, "samples per step over all ranks");
@@ -95,10 +103,14 @@ int main(int argc, char** argv) {
   }
   if (world.rank() == 0) {
     mpp::util::print_blas_report(at::get_num_threads());
-    std::printf("%d ranks, %d x Linear(%lld), global batch %lld (%lld per rank), dataset %lld\n", world.size(),
-                cfg.layers, static_cast<long long>(cfg.hidden), static_cast<long long>(global_batch),
-                static_cast<long long>(global_batch / world.size()), static_cast<long long>(dataset_size));
+    std::printf("%d ranks, %d x Linear(%lld), global batch %lld (%lld per rank), dataset %lld\n",
+                world.size(), cfg.layers, static_cast<long long>(cfg.hidden),
+                static_cast<long long>(global_batch),
+                static_cast<long long>(global_batch / world.size()),
+                static_cast<long long>(dataset_size));
   }
-  return coalesced ? train<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>(world, cfg, dataset_size, global_batch, epochs)
-                   : train<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor>>(world, cfg, dataset_size, global_batch, epochs);
+  return coalesced ? train<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>(
+                         world, cfg, dataset_size, global_batch, epochs)
+                   : train<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor>>(
+                         world, cfg, dataset_size, global_batch, epochs);
 }

@@ -12,10 +12,11 @@
 // two; the difference is the communication DDP hid. Then it compares whole training steps with
 // naive DP.
 //
-//   mpprun --nproc-per-node 2 ./ddp [--hidden 1024] [--global-batch 128] [--bucket-mb 25] [--steps 20]
-#include <CLI/CLI.hpp>
+//   mpprun --nproc-per-node 2 ./ddp [--hidden 1024] [--global-batch 128] [--bucket-mb 25] [--steps
+//   20]
 #include <torch/nn/modules/loss.h>
 #include <torch/optim/adam.h>
+#include <CLI/CLI.hpp>
 
 #include <ATen/Parallel.h>
 
@@ -30,7 +31,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct Setup {
   mpp::models::MlpConfig cfg;
@@ -40,7 +43,8 @@ struct Setup {
 
 mpp::models::Batch local_batch(const Setup& s, const mpp::ProcessGroup& world, int step) {
   // each rank makes its own shard (a different stream per rank and step)
-  return mpp::models::make_regression_batch(s.cfg, s.local_batch, step * world.size() + world.rank());
+  return mpp::models::make_regression_batch(s.cfg, s.local_batch,
+                                            step * world.size() + world.rank());
 }
 
 }  // namespace
@@ -63,9 +67,11 @@ int main(int argc, char** argv) {
   const bool root = world.rank() == 0;
   if (root) {
     mpp::util::print_blas_report(at::get_num_threads());
-    std::printf("%d ranks, %d x Linear(%lld), global batch %lld, bucket cap %.1f MiB, %d steps per measurement\n\n",
-                world.size(), s.cfg.layers, static_cast<long long>(s.cfg.hidden), static_cast<long long>(global_batch),
-                bucket_mb, s.steps);
+    std::printf(
+        "%d ranks, %d x Linear(%lld), global batch %lld, bucket cap %.1f MiB, %d steps per "
+        "measurement\n\n",
+        world.size(), s.cfg.layers, static_cast<long long>(s.cfg.hidden),
+        static_cast<long long>(global_batch), bucket_mb, s.steps);
   }
 
   auto model = mpp::models::make_full_mlp(s.cfg);
@@ -95,8 +101,8 @@ int main(int argc, char** argv) {
     naive_comm_s = naive.comm_seconds() / s.steps;
   }
 
-  mpp::DDP<mpp::Async<mpp::Gloo>> ddp(*model, world,
-                                      {.bucket_bytes = static_cast<std::size_t>(bucket_mb * 1024 * 1024)});
+  mpp::DDP<mpp::Async<mpp::Gloo>> ddp(
+      *model, world, {.bucket_bytes = static_cast<std::size_t>(bucket_mb * 1024 * 1024)});
   const auto& plan = ddp.buckets();
 
   // 2. Backward alone: DDP's no_sync() turns the hooks off.
@@ -118,7 +124,8 @@ int main(int argc, char** argv) {
   double comm_alone_s = 0;
   {
     std::vector<at::Tensor> buffers;
-    for (const auto& bucket : plan.buckets) buffers.push_back(at::ones({static_cast<std::int64_t>(bucket.elements)}));
+    for (const auto& bucket : plan.buckets)
+      buffers.push_back(at::ones({static_cast<std::int64_t>(bucket.elements)}));
     world.barrier();
     for (int i = 0; i < s.steps; ++i) {
       const auto t = Clock::now();
@@ -147,28 +154,33 @@ int main(int argc, char** argv) {
   }
   const double exposed_s = ddp.comm_wait_seconds() / s.steps;
 
-  std::printf("rank %d  last loss on my shard %.5f (ranks differ: each sees its own samples)\n", world.rank(),
-              last_loss);
+  std::printf("rank %d  last loss on my shard %.5f (ranks differ: each sees its own samples)\n",
+              world.rank(), last_loss);
   const auto report = mpp::compare_replicas(*model, world);
   if (root) {
     const double ms = 1e3;
     std::printf("\n%zu buckets:", plan.buckets.size());
-    for (const auto& b : plan.buckets) std::printf(" %.1f MiB", static_cast<double>(b.bytes) / (1024.0 * 1024.0));
+    for (const auto& b : plan.buckets)
+      std::printf(" %.1f MiB", static_cast<double>(b.bytes) / (1024.0 * 1024.0));
     std::printf("\nper step (rank 0):\n");
     std::printf("  backward alone                    %8.1f ms\n", backward_alone_s * ms);
     std::printf("  all-reduce of the buckets alone   %8.1f ms\n", comm_alone_s * ms);
-    std::printf("  sum (if nothing overlapped)       %8.1f ms\n", (backward_alone_s + comm_alone_s) * ms);
-    std::printf("  backward with DDP                 %8.1f ms   (of which waiting at the end %.1f ms)\n",
-                ddp_backward_s * ms, exposed_s * ms);
+    std::printf("  sum (if nothing overlapped)       %8.1f ms\n",
+                (backward_alone_s + comm_alone_s) * ms);
+    std::printf(
+        "  backward with DDP                 %8.1f ms   (of which waiting at the end %.1f ms)\n",
+        ddp_backward_s * ms, exposed_s * ms);
     std::printf("  communication hidden by overlap   %8.1f ms (%.0f%% of the all-reduce time)\n",
                 (backward_alone_s + comm_alone_s - ddp_backward_s) * ms,
                 100.0 * (backward_alone_s + comm_alone_s - ddp_backward_s) / comm_alone_s);
-    std::printf("\nwhole training step: naive DP %.1f ms (%.1f ms of it all-reduce) -> DDP %.1f ms\n",
-                naive_step_s * ms, naive_comm_s * ms, ddp_step_s * ms);
+    std::printf(
+        "\nwhole training step: naive DP %.1f ms (%.1f ms of it all-reduce) -> DDP %.1f ms\n",
+        naive_step_s * ms, naive_comm_s * ms, ddp_step_s * ms);
     std::printf("throughput: naive DP %.0f samples/s, DDP %.0f samples/s, speedup %.2fx\n",
-                static_cast<double>(global_batch) / naive_step_s, static_cast<double>(global_batch) / ddp_step_s,
-                naive_step_s / ddp_step_s);
-    std::printf("replicas bit-identical after training: %s\n", report ? "yes" : report.first_difference.c_str());
+                static_cast<double>(global_batch) / naive_step_s,
+                static_cast<double>(global_batch) / ddp_step_s, naive_step_s / ddp_step_s);
+    std::printf("replicas bit-identical after training: %s\n",
+                report ? "yes" : report.first_difference.c_str());
   }
   return report ? 0 : 1;
 }

@@ -35,6 +35,7 @@
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/models/mlp.hpp"
+#include "mpp/util/blas.hpp"
 #if __has_include("mpp/pipeline/pipeline.hpp")
 #include "mpp/partition/uniform.hpp"
 #include "mpp/pipeline/pipeline.hpp"
@@ -261,6 +262,7 @@ int main(int argc, char** argv) {
         std::to_string(env.node_rank) + ", local " + std::to_string(env.local_rank) +
         ", launcher " + std::string(mpp::launcher_name(env.launcher)) + ", master " +
         env.master_addr + ":" + std::to_string(env.master_port));
+    if (env.rank == 0) mpp::util::print_blas_report(1);
     if (s.mode == "ddp") return train_ddp(s, world);
 #if MPP_LAB15_HAS_PIPELINE
     return train_pipeline(s, world);

@@ -1,7 +1,7 @@
 #pragma once
 // Data parallelism: replicas, naive DP, DDP, the distributed sampler, the DP x PP mesh.
-#include "mpp/data_parallel/buckets.hpp"
 #include "mpp/data_parallel/bucketed_gradients.hpp"
+#include "mpp/data_parallel/buckets.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/data_parallel/mesh.hpp"
 #include "mpp/data_parallel/naive_dp.hpp"

@@ -9,6 +9,7 @@
 #include "mpp/schedule/lowering.hpp"
 #include "mpp/schedule/plan.hpp"
 #include "mpp/schedule/policies.hpp"
+#include "mpp/schedule/render.hpp"
 #include "mpp/schedule/table.hpp"
 #include "mpp/schedule/timed_event.hpp"
 #include "mpp/schedule/verify.hpp"

@@ -26,12 +26,15 @@ constexpr std::int64_t global_batch = 16;
 constexpr int train_steps = 4;
 constexpr double learning_rate = 0.1;
 
-mpp::models::MlpConfig small_config(std::uint64_t seed) { return {.hidden = 24, .layers = 5, .seed = seed}; }
+mpp::models::MlpConfig small_config(std::uint64_t seed) {
+  return {.hidden = 24, .layers = 5, .seed = seed};
+}
 
 /// This rank's rows of the global batch of `step`.
 mpp::models::Batch shard(const mpp::models::Batch& full, int rank, int world) {
   const auto per_rank = full.inputs.size(0) / world;
-  return {full.inputs.narrow(0, rank * per_rank, per_rank), full.targets.narrow(0, rank * per_rank, per_rank)};
+  return {full.inputs.narrow(0, rank * per_rank, per_rank),
+          full.targets.narrow(0, rank * per_rank, per_rank)};
 }
 
 mpp::test::WorldOptions bounded(int seconds, std::vector<std::string> args = {}) {
@@ -52,7 +55,8 @@ torch::nn::Sequential train_reference(int steps, std::int64_t batch, int micro_s
   for (int s = 0; s < steps; ++s) {
     opt.zero_grad();
     for (int m = 0; m < micro_steps; ++m) {
-      const auto b = mpp::models::make_regression_batch(small_config(100), batch, s * micro_steps + m);
+      const auto b =
+          mpp::models::make_regression_batch(small_config(100), batch, s * micro_steps + m);
       (loss_on(model, b) / micro_steps).backward();
     }
     opt.step();
@@ -60,24 +64,30 @@ torch::nn::Sequential train_reference(int steps, std::int64_t batch, int micro_s
   return model;
 }
 
-void require_close(torch::nn::Sequential& got, torch::nn::Sequential& want, const std::string& what) {
+void require_close(torch::nn::Sequential& got, torch::nn::Sequential& want,
+                   const std::string& what) {
   const auto g = got->named_parameters();
   const auto w = want->named_parameters();
   for (std::size_t i = 0; i < g.size(); ++i)
     if (!torch::allclose(g[i].value(), w[i].value(), 1e-5, 1e-6))
-      throw std::runtime_error(what + ": parameter '" + g[i].key() + "' differs from single-process training by " +
-                               std::to_string((g[i].value() - w[i].value()).abs().max().item<double>()));
+      throw std::runtime_error(
+          what + ": parameter '" + g[i].key() + "' differs from single-process training by " +
+          std::to_string((g[i].value() - w[i].value()).abs().max().item<double>()));
 }
 
-void require_identical(torch::nn::Sequential& model, const mpp::ProcessGroup& group, const std::string& what) {
+void require_identical(torch::nn::Sequential& model, const mpp::ProcessGroup& group,
+                       const std::string& what) {
   const auto report = mpp::compare_replicas(*model, group);
-  if (!report) throw std::runtime_error(what + ": replicas are not bit-identical: " + report.first_difference);
+  if (!report)
+    throw std::runtime_error(what + ": replicas are not bit-identical: " + report.first_difference);
 }
 
 /// Trains a replica (seeded differently on every rank: the broadcast must fix that) with `Sync`.
 template <class MakeSync, class AfterBackward>
-torch::nn::Sequential train_replica(const mpp::ProcessGroup& group, MakeSync make_sync, AfterBackward after_backward) {
-  auto model = mpp::models::make_full_mlp(small_config(100 + static_cast<std::uint64_t>(group.rank())));
+torch::nn::Sequential train_replica(const mpp::ProcessGroup& group, MakeSync make_sync,
+                                    AfterBackward after_backward) {
+  auto model =
+      mpp::models::make_full_mlp(small_config(100 + static_cast<std::uint64_t>(group.rank())));
   auto sync = make_sync(*model);
   torch::optim::SGD opt(model->parameters(), learning_rate);
   for (int s = 0; s < train_steps; ++s) {
@@ -100,23 +110,34 @@ MPP_TEST_WORKER("dp_equivalence") {
   auto sync = [](auto& dp) { dp.sync_gradients(); };
 
   {
-    auto m = train_replica(group, [&](torch::nn::Module& mod) {
-      return std::make_unique<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor>>(mod, group);
-    }, sync);
+    auto m = train_replica(
+        group,
+        [&](torch::nn::Module& mod) {
+          return std::make_unique<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor>>(mod,
+                                                                                          group);
+        },
+        sync);
     require_close(m, reference, "NaiveDP<Blocking, PerTensor>");
     require_identical(m, group, "NaiveDP<Blocking, PerTensor>");
   }
   {
-    auto m = train_replica(group, [&](torch::nn::Module& mod) {
-      return std::make_unique<mpp::NaiveDP<mpp::Async<mpp::Gloo>, mpp::PerTensor>>(mod, group);
-    }, sync);
+    auto m = train_replica(
+        group,
+        [&](torch::nn::Module& mod) {
+          return std::make_unique<mpp::NaiveDP<mpp::Async<mpp::Gloo>, mpp::PerTensor>>(mod, group);
+        },
+        sync);
     require_close(m, reference, "NaiveDP<Async, PerTensor>");
     require_identical(m, group, "NaiveDP<Async, PerTensor>");
   }
   {
-    auto m = train_replica(group, [&](torch::nn::Module& mod) {
-      return std::make_unique<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>(mod, group);
-    }, sync);
+    auto m = train_replica(
+        group,
+        [&](torch::nn::Module& mod) {
+          return std::make_unique<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>(mod,
+                                                                                          group);
+        },
+        sync);
     require_close(m, reference, "NaiveDP<Blocking, Coalesced>");
     require_identical(m, group, "NaiveDP<Blocking, Coalesced>");
   }
@@ -124,20 +145,30 @@ MPP_TEST_WORKER("dp_equivalence") {
   for (std::size_t cap : {std::size_t{1}, std::size_t{24 * 25 * 4}, mpp::default_bucket_bytes}) {
     const std::string name = "DDP<Async> bucket cap " + std::to_string(cap);
     std::size_t buckets = 0;
-    auto m = train_replica(group, [&](torch::nn::Module& mod) {
-      auto ddp = std::make_unique<mpp::DDP<mpp::Async<mpp::Gloo>>>(mod, group, mpp::DdpOptions{.bucket_bytes = cap});
-      buckets = ddp->buckets().buckets.size();
-      return ddp;
-    }, none);
-    if (cap == 1 && buckets != 10) throw std::runtime_error(name + ": expected 10 buckets, got " + std::to_string(buckets));
-    if (cap == mpp::default_bucket_bytes && buckets != 1) throw std::runtime_error(name + ": expected 1 bucket");
+    auto m = train_replica(
+        group,
+        [&](torch::nn::Module& mod) {
+          auto ddp = std::make_unique<mpp::DDP<mpp::Async<mpp::Gloo>>>(
+              mod, group, mpp::DdpOptions{.bucket_bytes = cap});
+          buckets = ddp->buckets().buckets.size();
+          return ddp;
+        },
+        none);
+    if (cap == 1 && buckets != 10)
+      throw std::runtime_error(name + ": expected 10 buckets, got " + std::to_string(buckets));
+    if (cap == mpp::default_bucket_bytes && buckets != 1)
+      throw std::runtime_error(name + ": expected 1 bucket");
     require_close(m, reference, name);
     require_identical(m, group, name);
   }
   {
-    auto m = train_replica(group, [&](torch::nn::Module& mod) {
-      return std::make_unique<mpp::DDP<mpp::Blocking<mpp::Gloo>>>(mod, group, mpp::DdpOptions{.bucket_bytes = 1000});
-    }, none);
+    auto m = train_replica(
+        group,
+        [&](torch::nn::Module& mod) {
+          return std::make_unique<mpp::DDP<mpp::Blocking<mpp::Gloo>>>(
+              mod, group, mpp::DdpOptions{.bucket_bytes = 1000});
+        },
+        none);
     require_close(m, reference, "DDP<Blocking>");
     require_identical(m, group, "DDP<Blocking>");
   }
@@ -149,14 +180,17 @@ MPP_TEST_WORKER("dp_no_sync") {
   at::set_num_threads(1);
   auto group = mpp::init_process_group();
   constexpr int k = 3;
-  auto reference = train_reference(2, global_batch, k);  // k micro-batches accumulated = k*B samples
-  auto model = mpp::models::make_full_mlp(small_config(100 + static_cast<std::uint64_t>(group.rank())));
+  auto reference =
+      train_reference(2, global_batch, k);  // k micro-batches accumulated = k*B samples
+  auto model =
+      mpp::models::make_full_mlp(small_config(100 + static_cast<std::uint64_t>(group.rank())));
   mpp::DDP<> ddp(*model, group, {.bucket_bytes = 2000});
   torch::optim::SGD opt(model->parameters(), learning_rate);
   for (int s = 0; s < 2; ++s) {
     opt.zero_grad();
     for (int m = 0; m < k; ++m) {
-      const auto full = mpp::models::make_regression_batch(small_config(100), global_batch, s * k + m);
+      const auto full =
+          mpp::models::make_regression_batch(small_config(100), global_batch, s * k + m);
       auto loss = loss_on(model, shard(full, group.rank(), group.size())) / k;
       if (m + 1 < k) {
         auto guard = ddp.no_sync();
@@ -166,7 +200,8 @@ MPP_TEST_WORKER("dp_no_sync") {
         at::Tensor hi = g.clone(), lo = g.clone();
         group.all_reduce(hi, mpp::ReduceOp::max);
         group.all_reduce(lo, mpp::ReduceOp::min);
-        if (at::equal(hi, lo)) throw std::runtime_error("no_sync: gradients were synchronised inside no_sync()");
+        if (at::equal(hi, lo))
+          throw std::runtime_error("no_sync: gradients were synchronised inside no_sync()");
       } else {
         loss.backward();
       }
@@ -246,8 +281,8 @@ MPP_TEST_WORKER("dp_mesh") {
     mesh.data_group().all_reduce(t);
     at::Tensor u = at::full({1}, static_cast<double>(group.rank()), at::kDouble);
     mesh.pipeline_group().all_reduce(u);
-    std::printf("rank %d: replica %d stage %d data-sum %.0f pipeline-sum %.0f\n", group.rank(), mesh.replica(),
-                mesh.stage(), t.item<double>(), u.item<double>());
+    std::printf("rank %d: replica %d stage %d data-sum %.0f pipeline-sum %.0f\n", group.rank(),
+                mesh.replica(), mesh.stage(), t.item<double>(), u.item<double>());
   } catch (const std::invalid_argument& e) {
     std::printf("mesh: %s\n", e.what());
   }
@@ -258,12 +293,15 @@ MPP_TEST_WORKER("dp_sampler") {
   auto group = mpp::init_process_group();
   for (std::size_t n : {std::size_t{103}, std::size_t{64}}) {
     for (auto remainder : {mpp::Remainder::pad, mpp::Remainder::drop}) {
-      mpp::DistributedSampler sampler(n, group.size(), group.rank(), {.seed = 9, .remainder = remainder});
+      mpp::DistributedSampler sampler(n, group.size(), group.rank(),
+                                      {.seed = 9, .remainder = remainder});
       std::vector<std::size_t> previous;
       for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
         sampler.set_epoch(epoch);
         const auto mine = sampler.indices();
-        if (mine == previous) throw std::runtime_error("sampler: epoch " + std::to_string(epoch) + " did not reshuffle");
+        if (mine == previous)
+          throw std::runtime_error("sampler: epoch " + std::to_string(epoch) +
+                                   " did not reshuffle");
         previous = mine;
         at::Tensor seen = at::zeros({static_cast<std::int64_t>(n)}, at::kLong);
         for (auto i : mine) seen[static_cast<std::int64_t>(i)] += 1;
@@ -272,12 +310,14 @@ MPP_TEST_WORKER("dp_sampler") {
         const auto total = seen.sum().item<std::int64_t>();
         const auto expected_total = static_cast<std::int64_t>(sampler.total_size());
         const bool divides = n % static_cast<std::size_t>(group.size()) == 0;
-        const bool ok = total == expected_total &&
-                        (divides ? (lo == 1 && hi == 1)
-                                 : remainder == mpp::Remainder::pad ? (lo == 1 && hi == 2) : (lo == 0 && hi == 1));
+        const bool ok =
+            total == expected_total && (divides                            ? (lo == 1 && hi == 1)
+                                        : remainder == mpp::Remainder::pad ? (lo == 1 && hi == 2)
+                                                                           : (lo == 0 && hi == 1));
         if (!ok)
-          throw std::runtime_error("sampler: n=" + std::to_string(n) + " counts in [" + std::to_string(lo) + ", " +
-                                   std::to_string(hi) + "], total " + std::to_string(total));
+          throw std::runtime_error("sampler: n=" + std::to_string(n) + " counts in [" +
+                                   std::to_string(lo) + ", " + std::to_string(hi) + "], total " +
+                                   std::to_string(total));
       }
     }
   }
@@ -285,7 +325,8 @@ MPP_TEST_WORKER("dp_sampler") {
   return 0;
 }
 
-TEST_CASE("NaiveDP and DDP on 2 and 4 ranks equal single-process training, replicas bit-identical") {
+TEST_CASE(
+    "NaiveDP and DDP on 2 and 4 ranks equal single-process training, replicas bit-identical") {
   for (int ranks : {2, 4}) {
     CAPTURE(ranks);
     auto world = mpp::test::run_world(ranks, "dp_equivalence", bounded(240));
@@ -307,7 +348,8 @@ TEST_CASE("Mismatched replicas are refused at construction, on every rank, with 
   for (int r = 0; r < 2; ++r) {
     const auto& out = world.output(r);
     CHECK(out.find("DDP: mpp: DDP needs the same model on every rank") != std::string::npos);
-    CHECK(out.find("first difference at #2: rank 0 has '1.weight' Float[24, 24]") != std::string::npos);
+    CHECK(out.find("first difference at #2: rank 0 has '1.weight' Float[24, 24]") !=
+          std::string::npos);
     CHECK(out.find("NaiveDP: mpp: NaiveDP needs the same model") != std::string::npos);
     CHECK(out.find("count: mpp: DDP needs the same model") != std::string::npos);
     CHECK(out.find("rank 1 has 2 tensors, rank 0 has 4") != std::string::npos);
@@ -318,21 +360,29 @@ TEST_CASE("Mismatched replicas are refused at construction, on every rank, with 
 TEST_CASE("DDP reports a parameter that never got a gradient by name instead of hanging") {
   auto world = mpp::test::run_world(2, "dp_unused", bounded(60));
   REQUIRE_MESSAGE(world.ok(), world.report());
-  for (int r = 0; r < 2; ++r) CHECK(world.output(r).find("'1.weight', '1.bias' got no gradient") != std::string::npos);
+  for (int r = 0; r < 2; ++r)
+    CHECK(world.output(r).find("'1.weight', '1.bias' got no gradient") != std::string::npos);
 }
 
-TEST_CASE("DP x PP mesh: sub-groups by replica and by stage; a world size the pipeline does not divide is refused") {
+TEST_CASE(
+    "DP x PP mesh: sub-groups by replica and by stage; a world size the pipeline does not divide "
+    "is refused") {
   auto world = mpp::test::run_world(4, "dp_mesh", bounded(60, {"2"}));
   REQUIRE_MESSAGE(world.ok(), world.report());
   // data groups {0,2} and {1,3}; pipeline groups {0,1} and {2,3}
-  CHECK(world.output(0).find("rank 0: replica 0 stage 0 data-sum 2 pipeline-sum 1") != std::string::npos);
-  CHECK(world.output(1).find("rank 1: replica 0 stage 1 data-sum 4 pipeline-sum 1") != std::string::npos);
-  CHECK(world.output(2).find("rank 2: replica 1 stage 0 data-sum 2 pipeline-sum 5") != std::string::npos);
-  CHECK(world.output(3).find("rank 3: replica 1 stage 1 data-sum 4 pipeline-sum 5") != std::string::npos);
+  CHECK(world.output(0).find("rank 0: replica 0 stage 0 data-sum 2 pipeline-sum 1") !=
+        std::string::npos);
+  CHECK(world.output(1).find("rank 1: replica 0 stage 1 data-sum 4 pipeline-sum 1") !=
+        std::string::npos);
+  CHECK(world.output(2).find("rank 2: replica 1 stage 0 data-sum 2 pipeline-sum 5") !=
+        std::string::npos);
+  CHECK(world.output(3).find("rank 3: replica 1 stage 1 data-sum 4 pipeline-sum 5") !=
+        std::string::npos);
   auto bad = mpp::test::run_world(4, "dp_mesh", bounded(60, {"3"}));
   REQUIRE_MESSAGE(bad.ok(), bad.report());
   for (int r = 0; r < 4; ++r)
-    CHECK(bad.output(r).find("4 ranks cannot be cut into pipelines of 3 stages; launch a multiple of 3") !=
+    CHECK(bad.output(r).find(
+              "4 ranks cannot be cut into pipelines of 3 stages; launch a multiple of 3") !=
           std::string::npos);
 }
 

@@ -99,7 +99,8 @@ TEST_CASE("DDP hooks: optimizer zero_grad keeps .grad in the buckets, no_sync la
   const mpp::models::MlpConfig cfg{.hidden = 8, .layers = 3, .seed = 2};
   auto model = mpp::models::make_full_mlp(cfg);
   RecordingLauncher rec;
-  mpp::detail::BucketedGradients<RecordingLauncher> engine(named(*model), mpp::default_bucket_bytes, 1.0, rec);
+  mpp::detail::BucketedGradients<RecordingLauncher> engine(named(*model), mpp::default_bucket_bytes,
+                                                           1.0, rec);
   REQUIRE(engine.plan().buckets.size() == 1);
   torch::optim::SGD opt(model->parameters(), 0.1);
   const auto batch = mpp::models::make_regression_batch(cfg, 4, 0);

@@ -45,7 +45,8 @@ TEST_CASE("DistributedSampler: uneven sizes, pad covers everything, drop never r
       CAPTURE(n);
       CAPTURE(ranks);
       const auto r = static_cast<std::size_t>(ranks);
-      // pad: all samples at least once; the extra reads are exactly the padding, each sample at most twice
+      // pad: all samples at least once; the extra reads are exactly the padding, each sample at
+      // most twice
       const auto padded = count_over_ranks(n, ranks, {.shuffle = true, .seed = 11});
       CHECK(padded.size() == n);
       std::size_t reads = 0;
@@ -58,13 +59,15 @@ TEST_CASE("DistributedSampler: uneven sizes, pad covers everything, drop never r
       CHECK(reads == (n + r - 1) / r * r);
       // drop: disjoint across ranks, and fewer than `ranks` samples left out
       if (n >= r) {
-        const auto dropped = count_over_ranks(n, ranks, {.shuffle = true, .seed = 11, .remainder = mpp::Remainder::drop});
+        const auto dropped = count_over_ranks(
+            n, ranks, {.shuffle = true, .seed = 11, .remainder = mpp::Remainder::drop});
         CHECK(dropped.size() == n / r * r);
         CHECK(n - dropped.size() < r);
         for (auto [i, c] : dropped) CHECK(c == 1);
       } else {
-        CHECK_THROWS_WITH_AS(mpp::DistributedSampler(n, ranks, 0, {.remainder = mpp::Remainder::drop}),
-                             doctest::Contains("Remainder::pad"), std::invalid_argument);
+        CHECK_THROWS_WITH_AS(
+            mpp::DistributedSampler(n, ranks, 0, {.remainder = mpp::Remainder::drop}),
+            doctest::Contains("Remainder::pad"), std::invalid_argument);
       }
     }
   }
@@ -118,7 +121,8 @@ TEST_CASE("plan_buckets: reverse order, capped by bytes, one dtype per bucket") 
   SUBCASE("a tiny cap gives one bucket per parameter, a big parameter still fits alone") {
     const auto plan = mpp::plan_buckets(params, 1);
     REQUIRE(plan.buckets.size() == 4);
-    for (std::size_t b = 0; b < 4; ++b) CHECK(plan.buckets[b].params == std::vector<std::size_t>{3 - b});
+    for (std::size_t b = 0; b < 4; ++b)
+      CHECK(plan.buckets[b].params == std::vector<std::size_t>{3 - b});
   }
   SUBCASE("a huge cap gives one bucket") {
     const auto plan = mpp::plan_buckets(params, mpp::default_bucket_bytes);
@@ -135,7 +139,8 @@ TEST_CASE("plan_buckets: reverse order, capped by bytes, one dtype per bucket") 
   }
   SUBCASE("every parameter is in exactly one bucket") {
     std::vector<mpp::GradSpec> many;
-    for (std::size_t i = 0; i < 32; ++i) many.push_back({(i % 2) ? std::size_t{128} : std::size_t{128 * 128}, 4, 0});
+    for (std::size_t i = 0; i < 32; ++i)
+      many.push_back({(i % 2) ? std::size_t{128} : std::size_t{128 * 128}, 4, 0});
     const auto plan = mpp::plan_buckets(many, 100000);
     std::vector<int> hits(many.size(), 0);
     for (const auto& b : plan.buckets) {

@@ -46,13 +46,15 @@ TEST_CASE("each rank builds only its layers, with the monolith's initial weights
   check_pieces_match_monolith<mpp::Explicit<3, 2, 2, 1>>(1);
   check_pieces_match_monolith<mpp::ByParams<3>>(1);
   check_pieces_match_monolith<mpp::Recompute<mpp::Uniform<2>>>(1);
-  check_pieces_match_monolith<mpp::Uniform<2>>(2);   // interleaved: chunk c of rank r is piece 2c + r
+  check_pieces_match_monolith<mpp::Uniform<2>>(
+      2);  // interleaved: chunk c of rank r is piece 2c + r
   check_pieces_match_monolith<mpp::Explicit<2, 2, 2, 2>>(2);
 }
 
 TEST_CASE("a rank outside the partition is rejected") {
   const mpp::MlpModel model{{.hidden = 8, .layers = 4}};
-  CHECK_THROWS_WITH_AS(mpp::build_local_pieces<mpp::Uniform<2>>(model, 2, 1),
-                       "mpp: rank 2 is not a stage of Uniform<2> (2 stages); launch 2 ranks per pipeline",
-                       mpp::partition_error);
+  CHECK_THROWS_WITH_AS(
+      mpp::build_local_pieces<mpp::Uniform<2>>(model, 2, 1),
+      "mpp: rank 2 is not a stage of Uniform<2> (2 stages); launch 2 ranks per pipeline",
+      mpp::partition_error);
 }

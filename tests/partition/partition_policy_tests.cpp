@@ -1,9 +1,9 @@
 // Partition policies without LibTorch: ranges, balance, and the run-time checks' messages.
 #include <doctest/doctest.h>
 
-#include <cstdint>
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -66,21 +66,25 @@ TEST_CASE("Explicit<n...> takes the sizes as given and checks they cover the mod
   CHECK(sizes_of(ranges) == std::vector<int>{5, 4, 4, 3});
   check_contiguous(ranges, 16);
   CHECK(Sizes5443::name() == "Explicit<5,4,4,3>");
-  CHECK_THROWS_WITH_AS(Sizes5443::split(equal_costs(12), 1),
-                       "mpp: Explicit<5,4,4,3> covers 16 layers but the model has 12; make the sizes sum to 12",
-                       mpp::partition_error);
+  CHECK_THROWS_WITH_AS(
+      Sizes5443::split(equal_costs(12), 1),
+      "mpp: Explicit<5,4,4,3> covers 16 layers but the model has 12; make the sizes sum to 12",
+      mpp::partition_error);
   CHECK_THROWS_WITH_AS(Sizes544::split(equal_costs(13), 2),
-                       doctest::Contains("not a multiple of 2 chunks per rank"), mpp::partition_error);
+                       doctest::Contains("not a multiple of 2 chunks per rank"),
+                       mpp::partition_error);
 }
 
 TEST_CASE("more stages than layers is rejected with the fix") {
-  CHECK_THROWS_WITH_AS(mpp::Uniform<4>::split(equal_costs(3), 1),
-                       "mpp: Uniform<4> cuts the model into 4 pieces but the model has only 3 layers; every "
-                       "piece needs at least one layer: use fewer stages or chunks, or a deeper model",
-                       mpp::partition_error);
-  CHECK_THROWS_WITH_AS(mpp::ByParams<4>::split(equal_costs(7), 2),
-                       doctest::Contains("(4 stages x 2 chunks per rank) but the model has only 7 layers"),
-                       mpp::partition_error);
+  CHECK_THROWS_WITH_AS(
+      mpp::Uniform<4>::split(equal_costs(3), 1),
+      "mpp: Uniform<4> cuts the model into 4 pieces but the model has only 3 layers; every "
+      "piece needs at least one layer: use fewer stages or chunks, or a deeper model",
+      mpp::partition_error);
+  CHECK_THROWS_WITH_AS(
+      mpp::ByParams<4>::split(equal_costs(7), 2),
+      doctest::Contains("(4 stages x 2 chunks per rank) but the model has only 7 layers"),
+      mpp::partition_error);
 }
 
 TEST_CASE("ByParams<P> balances parameter counts, and equals Uniform on equal layers") {
@@ -98,10 +102,13 @@ TEST_CASE("ByParams<P> balances parameter counts, and equals Uniform on equal la
   const std::vector<std::int64_t> uneven{7, 3, 9, 1, 1, 8, 2, 6, 4, 5};
   const auto got = mpp::ByParams<3>::split(uneven, 1);
   check_contiguous(got, 10);
-  auto piece = [&](int a, int b) { return std::accumulate(uneven.begin() + a, uneven.begin() + b, std::int64_t{0}); };
+  auto piece = [&](int a, int b) {
+    return std::accumulate(uneven.begin() + a, uneven.begin() + b, std::int64_t{0});
+  };
   std::int64_t best = INT64_MAX;
   for (int i = 1; i < 10; ++i)
-    for (int j = i + 1; j < 10; ++j) best = std::min(best, std::max({piece(0, i), piece(i, j), piece(j, 10)}));
+    for (int j = i + 1; j < 10; ++j)
+      best = std::min(best, std::max({piece(0, i), piece(i, j), piece(j, 10)}));
   std::int64_t worst_got = 0;
   for (auto r : got) worst_got = std::max(worst_got, piece(r.begin, r.end));
   CHECK(worst_got == best);

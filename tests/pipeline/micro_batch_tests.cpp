@@ -24,17 +24,20 @@ TEST_CASE("a batch splits into M chunks, the remainder over the first ones") {
 }
 
 TEST_CASE("micro-batching errors name the rule and the fix") {
-  CHECK_THROWS_WITH_AS(mpp::plan_micro_batches(5, 8, "GPipe<8>"),
-                       "mpp: GPipe<8> splits each batch into 8 micro-batches but the batch has only 5 samples; "
-                       "use a batch of at least 8 samples or fewer micro-batches",
-                       mpp::micro_batch_error);
-  CHECK_THROWS_WITH_AS(mpp::plan_micro_batches(10, 4, "Interleaved1F1B<4,2>", true),
-                       "mpp: Interleaved1F1B<4,2> needs equal micro-batches but a batch of 10 samples does not "
-                       "split into 4; use a batch that is a multiple of 4",
-                       mpp::micro_batch_error);
+  CHECK_THROWS_WITH_AS(
+      mpp::plan_micro_batches(5, 8, "GPipe<8>"),
+      "mpp: GPipe<8> splits each batch into 8 micro-batches but the batch has only 5 samples; "
+      "use a batch of at least 8 samples or fewer micro-batches",
+      mpp::micro_batch_error);
+  CHECK_THROWS_WITH_AS(
+      mpp::plan_micro_batches(10, 4, "Interleaved1F1B<4,2>", true),
+      "mpp: Interleaved1F1B<4,2> needs equal micro-batches but a batch of 10 samples does not "
+      "split into 4; use a batch that is a multiple of 4",
+      mpp::micro_batch_error);
   const auto plan = mpp::plan_micro_batches(10, 4, "GPipe<4>");
   CHECK_THROWS_WITH_AS(mpp::split_micro_batches(torch::zeros({9, 2}), plan),
-                       doctest::Contains("has 9 samples but the plan is for 10"), mpp::micro_batch_error);
+                       doctest::Contains("has 9 samples but the plan is for 10"),
+                       mpp::micro_batch_error);
 }
 
 TEST_CASE("size-weighted chunk losses equal the full-batch mean, value and gradient") {
@@ -43,7 +46,8 @@ TEST_CASE("size-weighted chunk losses equal the full-batch mean, value and gradi
   auto whole = mpp::models::make_full_mlp(cfg);
   auto chunked = mpp::models::make_full_mlp(cfg);
 
-  const auto full_loss = torch::nn::functional::mse_loss(whole->forward(batch.inputs), batch.targets);
+  const auto full_loss =
+      torch::nn::functional::mse_loss(whole->forward(batch.inputs), batch.targets);
   full_loss.backward();
 
   const auto plan = mpp::plan_micro_batches(11, 4, "GPipe<4>");
@@ -58,11 +62,13 @@ TEST_CASE("size-weighted chunk losses equal the full-batch mean, value and gradi
   CHECK(total == doctest::Approx(full_loss.item<double>()).epsilon(1e-6));
   const auto a = whole->parameters();
   const auto b = chunked->parameters();
-  for (std::size_t i = 0; i < a.size(); ++i) CHECK(torch::allclose(a[i].grad(), b[i].grad(), 1e-5, 1e-7));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    CHECK(torch::allclose(a[i].grad(), b[i].grad(), 1e-5, 1e-7));
 
   // Unweighted (plain mean of chunk means) would be wrong for this uneven split: the test can fail.
   double unweighted = 0.0;
   for (int i = 0; i < plan.count(); ++i)
-    unweighted += torch::nn::functional::mse_loss(chunked->forward(xs[i]), ys[i]).item<double>() / plan.count();
+    unweighted += torch::nn::functional::mse_loss(chunked->forward(xs[i]), ys[i]).item<double>() /
+                  plan.count();
   CHECK(unweighted != doctest::Approx(full_loss.item<double>()).epsilon(1e-6));
 }

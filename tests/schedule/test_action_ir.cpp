@@ -21,7 +21,8 @@ static_assert(sound<verify<Naive, Blocking<Gloo>>(3)>);
 // The stage<->rank map: stage = chunk * P + rank.
 constexpr ScheduleTable interleaved = Interleaved1F1B<4, 2>::table(2);
 static_assert(interleaved.stages() == 4);
-static_assert(interleaved.stage_of(1, 1) == 3 && interleaved.rank_of(3) == 1 && interleaved.chunk_of(3) == 1);
+static_assert(interleaved.stage_of(1, 1) == 3 && interleaved.rank_of(3) == 1 &&
+              interleaved.chunk_of(3) == 1);
 
 }  // namespace
 
@@ -44,7 +45,8 @@ TEST_CASE("1F1B table on P=2, M=3: warm-up, steady 1F1B, drain") {
 }
 
 TEST_CASE("every action of a lowered plan carries stage, local chunk and peer") {
-  const auto plan = make_plan(ScheduleSpec{ScheduleKind::interleaved_1f1b, 8, 2}, CommSemantics::buffered, 4);
+  const auto plan =
+      make_plan(ScheduleSpec{ScheduleKind::interleaved_1f1b, 8, 2}, CommSemantics::buffered, 4);
   CHECK(plan->ranks() == 4);
   CHECK(plan->stages() == 8);
   CHECK(plan->micro_batches() == 8);
@@ -74,7 +76,8 @@ TEST_CASE("async lowering posts each receive before the previous compute") {
 
 TEST_CASE("blocking lowering pairs neighbour exchanges; the textbook order deadlocks") {
   const auto compute = std::make_unique<ScheduleTable>(OneFOneB<8>::table(4));
-  const auto naive = std::make_unique<ScheduleTable>(lower_naive(*compute, CommSemantics::rendezvous));
+  const auto naive =
+      std::make_unique<ScheduleTable>(lower_naive(*compute, CommSemantics::rendezvous));
   const VerifyResult bad = verify(*naive, CommSemantics::rendezvous);
   CHECK_FALSE(bad.ok);
   CHECK(bad.rule == Rule::deadlock);
@@ -86,11 +89,14 @@ TEST_CASE("blocking lowering pairs neighbour exchanges; the textbook order deadl
 }
 
 TEST_CASE("run-time errors name the rule and the fix") {
-  CHECK_THROWS_WITH_AS(make_plan(ScheduleSpec{ScheduleKind::interleaved_1f1b, 6, 2}, CommSemantics::buffered, 4),
-                       doctest::Contains("needs M to be a multiple of the number of ranks (got M=6 for 4 ranks)"),
-                       ScheduleError);
-  CHECK_THROWS_WITH_AS(make_plan(ScheduleSpec{ScheduleKind::gpipe, 8, 1}, CommSemantics::buffered, 40),
-                       doctest::Contains("mpp::max_ranks"), ScheduleError);
-  CHECK_THROWS_WITH_AS(make_plan(ScheduleSpec{ScheduleKind::gpipe, 200, 1}, CommSemantics::buffered, 4),
-                       doctest::Contains("mpp::max_actions_per_rank"), ScheduleError);
+  CHECK_THROWS_WITH_AS(
+      make_plan(ScheduleSpec{ScheduleKind::interleaved_1f1b, 6, 2}, CommSemantics::buffered, 4),
+      doctest::Contains("needs M to be a multiple of the number of ranks (got M=6 for 4 ranks)"),
+      ScheduleError);
+  CHECK_THROWS_WITH_AS(
+      make_plan(ScheduleSpec{ScheduleKind::gpipe, 8, 1}, CommSemantics::buffered, 40),
+      doctest::Contains("mpp::max_ranks"), ScheduleError);
+  CHECK_THROWS_WITH_AS(
+      make_plan(ScheduleSpec{ScheduleKind::gpipe, 200, 1}, CommSemantics::buffered, 4),
+      doctest::Contains("mpp::max_actions_per_rank"), ScheduleError);
 }

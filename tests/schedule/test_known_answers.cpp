@@ -31,7 +31,8 @@ TEST_CASE("GPipe and 1F1B: bubble (p-1)/(m+p-1); peak m for GPipe, min(m, p-r) f
         for (const Plan* plan : {gpipe.get(), ofob.get()}) {
           const VerifyResult& r = plan->figures;
           // Exact: idle * (m + p - 1) == (p - 1) * p * makespan, in integers.
-          CHECK(static_cast<long>(r.total_idle()) * (m + p - 1) == static_cast<long>(p - 1) * p * r.makespan);
+          CHECK(static_cast<long>(r.total_idle()) * (m + p - 1) ==
+                static_cast<long>(p - 1) * p * r.makespan);
           CHECK(r.makespan == 3 * (m + p - 1));
         }
         for (int r = 0; r < p; ++r) {

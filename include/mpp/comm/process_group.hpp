@@ -22,8 +22,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mpp/comm/backend.hpp"
@@ -112,28 +114,36 @@ inline WirePlan reduce_wire_plan(at::ScalarType dtype, ReduceOp op) {
   }
 }
 
-/// Waits until every key exists, or throws what `on_timeout(missing indices)` returns.
+/// Waits until every key exists, or throws what `on_timeout(missing indices)` returns. Polls
+/// with check() rather than Store::wait(): after a timed-out wait, c10d's TCPStore client can
+/// still receive the late answer to it, which would corrupt the next request on the socket.
+/// The keys still missing are tracked as they arrive, so the report at the deadline needs no
+/// further store access (the store's host may be gone by then).
 template <class OnTimeout>
 void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
                    std::chrono::steady_clock::time_point deadline, OnTimeout on_timeout) {
-  auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  try {
-    if (remaining.count() <= 0) throw std::runtime_error("deadline passed");
-    store.wait(keys, remaining);
-    return;
-  } catch (const std::exception&) {
-    std::vector<int> missing;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      bool present = false;
-      try {
-        present = store.check({keys[i]});
-      } catch (const std::exception&) {  // store itself unreachable (its host exited)
-      }
-      if (!present) missing.push_back(static_cast<int>(i));
+  std::vector<int> missing;
+  for (std::size_t i = 0; i < keys.size(); ++i) missing.push_back(static_cast<int>(i));
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    try {
+      std::vector<int> still;
+      for (int i : missing)
+        if (!store.check({keys[static_cast<std::size_t>(i)]})) still.push_back(i);
+      missing = std::move(still);
+    } catch (const std::exception& e) {
+      // Near the deadline, rank 0 may simply have given up first and exited: same report.
+      if (std::chrono::steady_clock::now() >= deadline - std::chrono::milliseconds(500))
+        throw on_timeout(missing);
+      throw CommError("init", 0,
+                      "mpp: lost the rendezvous store (hosted by rank 0) while waiting for " +
+                          std::to_string(missing.size()) + " rank(s): " + error_text(e) +
+                          "; rank 0 exited or crashed - look at its log");
     }
-    if (missing.empty()) return;  // everyone arrived just as the deadline passed
-    throw on_timeout(missing);
+    if (missing.empty()) return;
+    if (std::chrono::steady_clock::now() >= deadline) throw on_timeout(missing);
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
 }
 
@@ -149,6 +159,70 @@ inline c10::intrusive_ptr<c10d::ProcessGroup> connect_group(const GroupState& g,
                         "; a peer may have exited during start-up, or the hosts cannot reach "
                         "each other (set MPP_SOCKET_IFNAME to the interface to use)");
   }
+}
+
+inline std::string launch_text(const Environment& env) {
+  return "start all " + std::to_string(env.world_size) +
+         " ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, e.g. "
+         "`mpprun --nproc-per-node " + std::to_string(env.world_size) + " <program>`";
+}
+
+/// Connects to (rank 0: serves) the job's TCPStore, then waits until every rank has announced
+/// itself there, so that a missing rank is named instead of surfacing as a Gloo timeout.
+inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env, const CommOptions& options,
+                                                  std::chrono::steady_clock::time_point deadline) {
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string launch = launch_text(env);
+  c10::intrusive_ptr<c10d::Store> store;
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = env.world_size;
+  store_options.waitWorkers = false;  // we wait ourselves, to name who is missing
+  store_options.timeout = options.init_timeout;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    if (env.rank == 0)
+      throw CommError("init", -1,
+                      "mpp: rank 0 could not serve the rendezvous store on port " +
+                          std::to_string(env.master_port) + ": " + detail::error_text(e) +
+                          "; the port may be taken: choose another MASTER_PORT (mpprun picks a "
+                          "free one)");
+    throw CommTimeout("init", 0, options.init_timeout,
+                      "mpp: rank " + std::to_string(env.rank) +
+                          " could not reach the rendezvous store of rank 0 at " + where +
+                          " within " + std::to_string(options.init_timeout.count()) +
+                          " ms (is rank 0 running?); " + launch + " [c10d: " +
+                          detail::error_text(e) + "]");
+  }
+  // The store's own timeout bounded the connection attempt; from here on our deadlines rule.
+  store->setTimeout(std::max(options.init_timeout, options.timeout));
+  // Everyone announces itself, then waits for everyone: a missing rank is named.
+  store->set("mpp/join/" + std::to_string(env.rank), std::vector<uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.world_size; ++r) keys.push_back("mpp/join/" + std::to_string(r));
+  detail::wait_for_keys(*store, keys, deadline, [&](const std::vector<int>& missing) {
+    return CommTimeout("init", missing.front(), options.init_timeout,
+                       "mpp: init on rank " + std::to_string(env.rank) + " timed out after " +
+                           std::to_string(options.init_timeout.count()) + " ms: rank(s) " +
+                           detail::rank_list(missing) + " of WORLD_SIZE=" +
+                           std::to_string(env.world_size) +
+                           " never reached the rendezvous at " + where + "; " + launch);
+  });
+  return store;
+}
+
+/// Runs `fn` on its own thread and waits at most `limit`; past it the thread is abandoned
+/// (detached, still blocked) and `on_timeout()` is thrown.
+template <class Fn, class OnTimeout>
+auto run_with_deadline(Fn fn, std::chrono::milliseconds limit, OnTimeout on_timeout) {
+  using Result = decltype(fn());
+  auto task = std::make_shared<std::packaged_task<Result()>>(std::move(fn));
+  auto result = task->get_future();
+  std::thread([task] { (*task)(); }).detach();
+  if (result.wait_for(limit) != std::future_status::ready) throw on_timeout();
+  return result.get();
 }
 
 }  // namespace detail
@@ -469,12 +543,6 @@ template <comm_backend Backend = Gloo>
 ProcessGroup init_process_group(const Environment& env, CommOptions options) {
   using Traits = backend_traits<Backend>;
   const auto deadline = std::chrono::steady_clock::now() + options.init_timeout;
-  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  const std::string launch = "start all " + std::to_string(env.world_size) +
-                             " ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, e.g. "
-                             "`mpprun --nproc-per-node " + std::to_string(env.world_size) +
-                             " <program>`";
-
   auto state = std::make_shared<detail::GroupState>();
   state->options = options;
   state->backend = Backend::name;
@@ -487,40 +555,19 @@ ProcessGroup init_process_group(const Environment& env, CommOptions options) {
   if (env.world_size == 1) {
     state->store = c10::make_intrusive<c10d::HashStore>();
   } else {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(env.master_port);
-    store_options.isServer = env.rank == 0;
-    store_options.numWorkers = env.world_size;
-    store_options.waitWorkers = false;  // we wait ourselves, to name who is missing
-    store_options.timeout = options.init_timeout;
-    try {
-      state->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-    } catch (const std::exception& e) {
-      if (env.rank == 0)
-        throw CommError("init", -1,
-                        "mpp: rank 0 could not serve the rendezvous store on port " +
-                            std::to_string(env.master_port) + ": " + detail::error_text(e) +
-                            "; the port may be taken: choose another MASTER_PORT (mpprun picks a "
-                            "free one)");
-      throw CommTimeout("init", 0, options.init_timeout,
-                        "mpp: rank " + std::to_string(env.rank) +
-                            " could not reach the rendezvous store of rank 0 at " + where +
-                            " within " + std::to_string(options.init_timeout.count()) +
-                            " ms (is rank 0 running?); " + launch + " [c10d: " +
-                            detail::error_text(e) + "]");
-    }
-    // Everyone announces itself, then waits for everyone: a missing rank is named.
-    state->store->set("mpp/join/" + std::to_string(env.rank), std::vector<uint8_t>{1});
-    std::vector<std::string> keys;
-    for (int r = 0; r < env.world_size; ++r) keys.push_back("mpp/join/" + std::to_string(r));
-    detail::wait_for_keys(*state->store, keys, deadline, [&](const std::vector<int>& missing) {
-      return CommTimeout("init", missing.front(), options.init_timeout,
-                         "mpp: init on rank " + std::to_string(env.rank) + " timed out after " +
-                             std::to_string(options.init_timeout.count()) + " ms: rank(s) " +
-                             detail::rank_list(missing) + " of WORLD_SIZE=" +
-                             std::to_string(env.world_size) +
-                             " never reached the rendezvous at " + where + "; " + launch);
-    });
+    // c10d's client can block without a bound (e.g. when something that is not a store answers
+    // on MASTER_PORT), so the rendezvous runs on its own thread under a hard deadline.
+    state->store = detail::run_with_deadline(
+        [env, options, deadline] { return detail::rendezvous(env, options, deadline); },
+        options.init_timeout + std::chrono::seconds(2), [&] {
+          return CommTimeout("init", 0, options.init_timeout,
+                             "mpp: rank " + std::to_string(env.rank) +
+                                 " got no answer from the rendezvous store at " +
+                                 env.master_addr + ":" + std::to_string(env.master_port) +
+                                 " within " + std::to_string(options.init_timeout.count()) +
+                                 " ms; is another program listening on MASTER_PORT? " +
+                                 detail::launch_text(env));
+        });
   }
   try {
     state->device = Traits::device(env, options);

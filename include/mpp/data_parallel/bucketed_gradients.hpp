@@ -55,7 +55,8 @@ inline std::vector<GradSpec> grad_specs(const std::vector<NamedTensor>& params) 
   std::vector<GradSpec> specs;
   specs.reserve(params.size());
   for (const auto& p : params)
-    specs.push_back({static_cast<std::size_t>(p.tensor.numel()), static_cast<std::size_t>(p.tensor.element_size()),
+    specs.push_back({static_cast<std::size_t>(p.tensor.numel()),
+                     static_cast<std::size_t>(p.tensor.element_size()),
                      static_cast<int>(p.tensor.scalar_type())});
   return specs;
 }
@@ -86,7 +87,8 @@ class BucketedGradients {
     for (std::size_t b = 0; b < plan_.buckets.size(); ++b)
       for (std::size_t s = 0; s < plan_.buckets[b].params.size(); ++s) {
         const std::size_t p = plan_.buckets[b].params[s];
-        slices_[p] = alias_slice(buffers_[b], plan_.buckets[b].offsets[s], params_[p].tensor.sizes());
+        slices_[p] =
+            alias_slice(buffers_[b], plan_.buckets[b].offsets[s], params_[p].tensor.sizes());
       }
     ready_.assign(params_.size(), false);
     pending_.resize(plan_.buckets.size());
@@ -97,8 +99,9 @@ class BucketedGradients {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       auto acc = torch::autograd::impl::grad_accumulator(params_[i].tensor);
       if (!acc)
-        throw std::invalid_argument("mpp: DDP parameter '" + params_[i].name +
-                                    "' is not a leaf that requires grad; pass only trainable leaf parameters");
+        throw std::invalid_argument(
+            "mpp: DDP parameter '" + params_[i].name +
+            "' is not a leaf that requires grad; pass only trainable leaf parameters");
       hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(this, i)));
       accumulators_.push_back(std::move(acc));
     }
@@ -108,7 +111,8 @@ class BucketedGradients {
   BucketedGradients& operator=(const BucketedGradients&) = delete;
 
   ~BucketedGradients() {
-    for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+    for (std::size_t i = 0; i < accumulators_.size(); ++i)
+      accumulators_[i]->del_post_hook(hook_keys_[i]);
   }
 
   const BucketPlan& plan() const { return plan_; }
@@ -203,7 +207,8 @@ class BucketedGradients {
 
   void reset_step() {
     std::fill(ready_.begin(), ready_.end(), false);
-    for (std::size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = plan_.buckets[b].params.size();
+    for (std::size_t b = 0; b < plan_.buckets.size(); ++b)
+      pending_[b] = plan_.buckets[b].params.size();
     next_launch_ = 0;
     in_backward_ = false;
   }

@@ -34,16 +34,17 @@ struct Bucket {
 };
 
 struct BucketPlan {
-  std::vector<Bucket> buckets;          // in launch order
-  std::vector<std::size_t> bucket_of;   // parameter index -> bucket index
-  std::vector<std::size_t> slot_of;     // parameter index -> position inside its bucket
+  std::vector<Bucket> buckets;         // in launch order
+  std::vector<std::size_t> bucket_of;  // parameter index -> bucket index
+  std::vector<std::size_t> slot_of;    // parameter index -> position inside its bucket
 };
 
 /// Buckets in reverse registration order, each capped at `cap_bytes` (at least one parameter).
 inline BucketPlan plan_buckets(std::span<const GradSpec> params, std::size_t cap_bytes) {
   if (cap_bytes == 0)
-    throw std::invalid_argument("mpp: DDP bucket cap must be at least 1 byte (got 0); "
-                                "use e.g. mpp::default_bucket_bytes (25 MiB)");
+    throw std::invalid_argument(
+        "mpp: DDP bucket cap must be at least 1 byte (got 0); "
+        "use e.g. mpp::default_bucket_bytes (25 MiB)");
   BucketPlan plan;
   plan.bucket_of.assign(params.size(), 0);
   plan.slot_of.assign(params.size(), 0);

@@ -1,8 +1,8 @@
 #pragma once
 // DistributedDataParallel: gradients all-reduced by buckets while backward still runs.
 //
-//   mpp::DDP<mpp::Async<mpp::Gloo>> ddp(*model, group);   // broadcast from rank 0 + structure check
-//   loss.backward();                                       // buckets go out as they fill
+//   mpp::DDP<mpp::Async<mpp::Gloo>> ddp(*model, group);   // broadcast from rank 0 + structure
+//   check loss.backward();                                       // buckets go out as they fill
 //   optimizer.step();                                      // every .grad already holds the mean
 //
 //   { auto guard = ddp.no_sync(); loss1.backward(); }     // accumulate locally, no communication
@@ -77,8 +77,9 @@ class DistributedDataParallel {
   DistributedDataParallel(torch::nn::Module& module, ProcessGroup group, DdpOptions options = {})
       : group_(group), options_(options) {
     if (group_.backend_name() != Comm::backend::name)
-      throw std::invalid_argument("mpp: DDP<" + std::string(Comm::name) + "<" + std::string(Comm::backend::name) +
-                                  ">> was given a " + std::string(group_.backend_name()) +
+      throw std::invalid_argument("mpp: DDP<" + std::string(Comm::name) + "<" +
+                                  std::string(Comm::backend::name) + ">> was given a " +
+                                  std::string(group_.backend_name()) +
                                   " process group; create it with init_process_group<" +
                                   std::string(Comm::backend::name) + ">()");
     auto params = detail::named_parameters(module, /*trainable_only=*/true);

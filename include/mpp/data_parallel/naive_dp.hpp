@@ -46,23 +46,27 @@ class NaiveDP {
 
   /// A collective: checks that every rank holds the same model, then copies rank 0's weights.
   NaiveDP(torch::nn::Module& module, ProcessGroup group, bool broadcast = true)
-      : NaiveDP(detail::named_parameters(module, /*trainable_only=*/true), std::move(group), broadcast) {}
+      : NaiveDP(detail::named_parameters(module, /*trainable_only=*/true), std::move(group),
+                broadcast) {}
 
   /// The same over any list of parameters, e.g. those of a pipeline stage (DP x PP).
   NaiveDP(std::vector<NamedTensor> params, ProcessGroup group, bool broadcast = true)
       : group_(std::move(group)), params_(std::move(params)) {
     if (params_.empty())
-      throw std::invalid_argument("mpp: NaiveDP needs a module with at least one trainable parameter");
+      throw std::invalid_argument(
+          "mpp: NaiveDP needs a module with at least one trainable parameter");
     check_same_structure(params_, group_, "NaiveDP");
     if (broadcast) broadcast_tensors(params_, group_);
     if constexpr (std::same_as<Reduction, Coalesced>) {
       std::int64_t total = 0;
       for (const auto& p : params_) {
         if (p.tensor.scalar_type() != params_.front().tensor.scalar_type())
-          throw std::invalid_argument("mpp: NaiveDP<..., Coalesced> packs every gradient into one "
-                                      "buffer and needs one dtype, but " + detail::describe_param(p) +
-                                      " differs from " + detail::describe_param(params_.front()) +
-                                      "; use PerTensor or DDP (one bucket per dtype)");
+          throw std::invalid_argument(
+              "mpp: NaiveDP<..., Coalesced> packs every gradient into one "
+              "buffer and needs one dtype, but " +
+              detail::describe_param(p) + " differs from " +
+              detail::describe_param(params_.front()) +
+              "; use PerTensor or DDP (one bucket per dtype)");
         total += p.tensor.numel();
       }
       flat_ = at::zeros({total}, params_.front().tensor.options());

@@ -30,7 +30,8 @@ inline std::string describe_param(const NamedTensor& p) {
   return "'" + p.name + "' " + describe_tensor(p.tensor);
 }
 
-inline std::vector<NamedTensor> named_parameters(const torch::nn::Module& module, bool trainable_only) {
+inline std::vector<NamedTensor> named_parameters(const torch::nn::Module& module,
+                                                 bool trainable_only) {
   std::vector<NamedTensor> out;
   for (const auto& item : module.named_parameters(/*recurse=*/true))
     if (!trainable_only || item.value().requires_grad()) out.push_back({item.key(), item.value()});
@@ -39,7 +40,8 @@ inline std::vector<NamedTensor> named_parameters(const torch::nn::Module& module
 
 inline std::vector<NamedTensor> named_buffers(const torch::nn::Module& module) {
   std::vector<NamedTensor> out;
-  for (const auto& item : module.named_buffers(/*recurse=*/true)) out.push_back({item.key(), item.value()});
+  for (const auto& item : module.named_buffers(/*recurse=*/true))
+    out.push_back({item.key(), item.value()});
   return out;
 }
 
@@ -51,7 +53,8 @@ inline std::string broadcast_text(const ProcessGroup& group, const std::string& 
   if (group.rank() == root && !text.empty())
     std::memcpy(bytes.data_ptr(), text.data(), text.size());
   group.broadcast(bytes, root);
-  return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel()));
+  return std::string(static_cast<const char*>(bytes.data_ptr()),
+                     static_cast<std::size_t>(bytes.numel()));
 }
 
 /// For every rank, the value it contributed (a sum over a one-hot vector).
@@ -59,7 +62,8 @@ inline std::vector<std::int64_t> gather_scalar(const ProcessGroup& group, std::i
   at::Tensor all = at::zeros({group.size()}, at::kLong);
   all[group.rank()] = value;
   group.all_reduce(all, ReduceOp::sum);
-  return std::vector<std::int64_t>(all.data_ptr<std::int64_t>(), all.data_ptr<std::int64_t>() + all.numel());
+  return std::vector<std::int64_t>(all.data_ptr<std::int64_t>(),
+                                   all.data_ptr<std::int64_t>() + all.numel());
 }
 
 inline std::vector<std::string> split_lines(const std::string& text) {
@@ -78,8 +82,8 @@ inline std::vector<std::string> split_lines(const std::string& text) {
 
 /// Throws ReplicaMismatch on every rank unless all ranks hold tensors with the same names,
 /// shapes and dtypes, in the same order. `what` names the caller in the message.
-inline void check_same_structure(const std::vector<NamedTensor>& tensors,
-                                 const ProcessGroup& group, const std::string& what) {
+inline void check_same_structure(const std::vector<NamedTensor>& tensors, const ProcessGroup& group,
+                                 const std::string& what) {
   std::string mine;
   for (const auto& t : tensors) mine += detail::describe_param(t) + "\n";
   const auto reference = detail::split_lines(detail::broadcast_text(group, mine, 0));
@@ -102,12 +106,14 @@ inline void check_same_structure(const std::vector<NamedTensor>& tensors,
                std::to_string(counts[static_cast<std::size_t>(r)]) + " tensors, rank 0 has " +
                std::to_string(reference.size()) + "; first difference at #" + std::to_string(i) +
                ": rank 0 has " + (i < reference.size() ? reference[i] : "nothing");
-    if (r == group.rank()) message += ", this rank has " + (i < local.size() ? local[i] : "nothing");
+    if (r == group.rank())
+      message += ", this rank has " + (i < local.size() ? local[i] : "nothing");
   }
   if (!message.empty())
-    throw ReplicaMismatch("mpp: " + what + " needs the same model on every rank of the group " +
-                          "(same parameter names, shapes and dtypes in the same order), but:" + message +
-                          "\n  build the model from the same code and configuration on every rank");
+    throw ReplicaMismatch(
+        "mpp: " + what + " needs the same model on every rank of the group " +
+        "(same parameter names, shapes and dtypes in the same order), but:" + message +
+        "\n  build the model from the same code and configuration on every rank");
 }
 
 /// Copies rank 0's tensors into every rank's (in place). Checks the structure first.
@@ -129,7 +135,8 @@ inline void broadcast_parameters(torch::nn::Module& module, const ProcessGroup& 
 /// The outcome of a bit-for-bit comparison of replicas.
 struct ReplicaReport {
   bool identical = true;
-  std::string first_difference;  // the first parameter that differs and the ranks holding another value
+  std::string
+      first_difference;  // the first parameter that differs and the ranks holding another value
   explicit operator bool() const { return identical; }
 };
 
@@ -146,7 +153,8 @@ inline ReplicaReport compare_replicas(const torch::nn::Module& module, const Pro
     at::Tensor root = local.clone();
     group.broadcast(root, 0);
     // compare the bytes, so that NaNs and signed zeros count too
-    if (first < 0 && !at::equal(root.reshape({-1}).view(at::kByte), local.reshape({-1}).view(at::kByte)))
+    if (first < 0 &&
+        !at::equal(root.reshape({-1}).view(at::kByte), local.reshape({-1}).view(at::kByte)))
       first = static_cast<std::int64_t>(i);
   }
   const auto firsts = detail::gather_scalar(group, first);

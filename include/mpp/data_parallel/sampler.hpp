@@ -67,11 +67,13 @@ inline std::vector<std::size_t> epoch_permutation(std::size_t n, std::uint64_t s
 
 class DistributedSampler {
  public:
-  DistributedSampler(std::size_t dataset_size, int num_replicas, int rank, SamplerOptions options = {})
+  DistributedSampler(std::size_t dataset_size, int num_replicas, int rank,
+                     SamplerOptions options = {})
       : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), options_(options) {
     if (num_replicas < 1)
       throw std::invalid_argument("mpp: DistributedSampler needs num_replicas >= 1 (got " +
-                                  std::to_string(num_replicas) + "); pass the data-parallel world size");
+                                  std::to_string(num_replicas) +
+                                  "); pass the data-parallel world size");
     if (rank < 0 || rank >= num_replicas)
       throw std::invalid_argument("mpp: DistributedSampler rank " + std::to_string(rank) +
                                   " is outside [0, " + std::to_string(num_replicas) +
@@ -80,9 +82,10 @@ class DistributedSampler {
     per_rank_ = options.remainder == Remainder::pad ? (dataset_size + replicas - 1) / replicas
                                                     : dataset_size / replicas;
     if (per_rank_ == 0 && dataset_size > 0)
-      throw std::invalid_argument("mpp: DistributedSampler with Remainder::drop leaves no sample for " +
-                                  std::to_string(num_replicas) + " ranks out of " +
-                                  std::to_string(dataset_size) + "; use Remainder::pad or fewer ranks");
+      throw std::invalid_argument(
+          "mpp: DistributedSampler with Remainder::drop leaves no sample for " +
+          std::to_string(num_replicas) + " ranks out of " + std::to_string(dataset_size) +
+          "; use Remainder::pad or fewer ranks");
   }
 
   /// Reshuffle for a new epoch: call it on every rank with the same epoch before iterating,

@@ -73,7 +73,8 @@ struct ByParams {
   static constexpr int stages_for(int /*chunks_per_rank*/) { return P; }
   static std::string name() { return "ByParams<" + std::to_string(P) + ">"; }
 
-  static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs, int chunks_per_rank) {
+  static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs,
+                                       int chunks_per_rank) {
     const int pieces = P * chunks_per_rank;
     detail::check_enough_layers(name(), pieces, chunks_per_rank, layer_costs.size());
     for (std::size_t i = 0; i < layer_costs.size(); ++i)

@@ -16,7 +16,8 @@ template <int... Sizes>
 struct Explicit {
   static_assert(sizeof...(Sizes) >= 1, "mpp: Explicit<n...> needs at least one stage size");
   static_assert(((Sizes >= 1) && ...),
-                "mpp: Explicit<n...> gives a stage zero (or fewer) layers; every stage needs at least one layer");
+                "mpp: Explicit<n...> gives a stage zero (or fewer) layers; every stage needs at "
+                "least one layer");
 
   static constexpr int pieces = static_cast<int>(sizeof...(Sizes));
   static constexpr int stages = pieces;
@@ -39,10 +40,12 @@ struct Explicit {
     return s + ">";
   }
 
-  static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs, int chunks_per_rank) {
+  static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs,
+                                       int chunks_per_rank) {
     if (chunks_per_rank < 1 || pieces % chunks_per_rank != 0)
       throw partition_error("mpp: " + name() + " lists " + std::to_string(pieces) +
-                            " sizes, which is not a multiple of " + std::to_string(chunks_per_rank) +
+                            " sizes, which is not a multiple of " +
+                            std::to_string(chunks_per_rank) +
                             " chunks per rank; list stages x chunks sizes in model order");
     if (static_cast<std::size_t>(total_layers) != layer_costs.size())
       throw partition_error("mpp: " + name() + " covers " + std::to_string(total_layers) +

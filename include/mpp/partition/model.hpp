@@ -35,10 +35,14 @@ struct MlpModel {
   models::MlpConfig config;
 
   int num_layers() const { return config.layers; }
-  std::int64_t layer_parameters(int /*layer*/) const { return config.hidden * config.hidden + config.hidden; }
+  std::int64_t layer_parameters(int /*layer*/) const {
+    return config.hidden * config.hidden + config.hidden;
+  }
   std::vector<std::int64_t> input_shape(int /*layer*/) const { return {config.hidden}; }
   c10::ScalarType dtype() const { return c10::kFloat; }
-  torch::nn::Sequential build(int begin, int end) const { return models::make_mlp_layers(config, begin, end); }
+  torch::nn::Sequential build(int begin, int end) const {
+    return models::make_mlp_layers(config, begin, end);
+  }
 };
 
 /// Per-layer parameter counts, the input of every partition's split().
@@ -51,12 +55,14 @@ std::vector<std::int64_t> layer_costs(const M& model) {
 }
 
 /// Which model piece is chunk `chunk` of rank `rank` (Megatron's interleaving: c·P + r).
-constexpr int piece_index(int rank, int chunk, int stages) { return chunk * stages + rank; }
+constexpr int piece_index(int rank, int chunk, int stages) {
+  return chunk * stages + rank;
+}
 
 /// One model piece held by this rank.
 struct LocalPiece {
-  int piece = 0;        // index in model order
-  int chunk = 0;        // index among this rank's chunks
+  int piece = 0;  // index in model order
+  int chunk = 0;  // index among this rank's chunks
   LayerRange layers;
   torch::nn::Sequential module;
 };
@@ -69,8 +75,8 @@ std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_
   const auto ranges = P::split(costs, chunks_per_rank);
   if (rank < 0 || rank >= stages)
     throw partition_error("mpp: rank " + std::to_string(rank) + " is not a stage of " + P::name() +
-                          " (" + std::to_string(stages) + " stages); launch " + std::to_string(stages) +
-                          " ranks per pipeline");
+                          " (" + std::to_string(stages) + " stages); launch " +
+                          std::to_string(stages) + " ranks per pipeline");
   std::vector<LocalPiece> local;
   for (int c = 0; c < chunks_per_rank; ++c) {
     const int piece = piece_index(rank, c, stages);

@@ -25,7 +25,8 @@ inline void check_enough_layers(const std::string& policy, int pieces, int chunk
                                    std::to_string(chunks_per_rank) + " chunks per rank)"
                              : std::string()) +
         " but the model has only " + std::to_string(layers) +
-        " layers; every piece needs at least one layer: use fewer stages or chunks, or a deeper model");
+        " layers; every piece needs at least one layer: use fewer stages or chunks, or a deeper "
+        "model");
 }
 }  // namespace detail
 
@@ -37,7 +38,8 @@ struct Uniform {
   static constexpr int stages_for(int /*chunks_per_rank*/) { return P; }
   static std::string name() { return "Uniform<" + std::to_string(P) + ">"; }
 
-  static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs, int chunks_per_rank) {
+  static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs,
+                                       int chunks_per_rank) {
     const int pieces = P * chunks_per_rank;
     detail::check_enough_layers(name(), pieces, chunks_per_rank, layer_costs.size());
     const int layers = static_cast<int>(layer_costs.size());

@@ -27,18 +27,20 @@ struct MicroBatchPlan {
   bool even() const { return batch % static_cast<std::int64_t>(sizes.size()) == 0; }
   /// The factor a chunk's mean loss is multiplied by: its share of the batch.
   double weight(int micro_batch) const {
-    return static_cast<double>(sizes[static_cast<std::size_t>(micro_batch)]) / static_cast<double>(batch);
+    return static_cast<double>(sizes[static_cast<std::size_t>(micro_batch)]) /
+           static_cast<double>(batch);
   }
 };
 
 /// `who` names the schedule in messages ("GPipe<8>"); `need_equal` rejects uneven splits.
-inline MicroBatchPlan plan_micro_batches(std::int64_t batch, int micro_batches, const std::string& who,
-                                         bool need_equal = false) {
+inline MicroBatchPlan plan_micro_batches(std::int64_t batch, int micro_batches,
+                                         const std::string& who, bool need_equal = false) {
   if (micro_batches < 1)
     throw micro_batch_error("mpp: " + who + " needs at least one micro-batch (got " +
                             std::to_string(micro_batches) + ")");
   if (batch < micro_batches)
-    throw micro_batch_error("mpp: " + who + " splits each batch into " + std::to_string(micro_batches) +
+    throw micro_batch_error("mpp: " + who + " splits each batch into " +
+                            std::to_string(micro_batches) +
                             " micro-batches but the batch has only " + std::to_string(batch) +
                             " samples; use a batch of at least " + std::to_string(micro_batches) +
                             " samples or fewer micro-batches");
@@ -60,7 +62,8 @@ inline MicroBatchPlan plan_micro_batches(std::int64_t batch, int micro_batches, 
 }
 
 /// Views (no copies) of `batch`'s chunks along dimension 0.
-inline std::vector<at::Tensor> split_micro_batches(const at::Tensor& batch, const MicroBatchPlan& plan) {
+inline std::vector<at::Tensor> split_micro_batches(const at::Tensor& batch,
+                                                   const MicroBatchPlan& plan) {
   if (batch.dim() < 1 || batch.size(0) != plan.batch)
     throw micro_batch_error("mpp: the tensor to split has " +
                             (batch.dim() < 1 ? std::string("no batch dimension")
@@ -69,7 +72,8 @@ inline std::vector<at::Tensor> split_micro_batches(const at::Tensor& batch, cons
                             "; pass inputs and targets with the same batch size along dimension 0");
   std::vector<at::Tensor> chunks;
   chunks.reserve(plan.sizes.size());
-  for (std::size_t i = 0; i < plan.sizes.size(); ++i) chunks.push_back(batch.narrow(0, plan.offsets[i], plan.sizes[i]));
+  for (std::size_t i = 0; i < plan.sizes.size(); ++i)
+    chunks.push_back(batch.narrow(0, plan.offsets[i], plan.sizes[i]));
   return chunks;
 }
 

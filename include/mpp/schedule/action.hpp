@@ -18,19 +18,32 @@ enum class Op : int { F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B };
 inline constexpr int op_count = 8;
 
 constexpr std::string_view to_string(Op op) {
-  constexpr std::string_view names[op_count] = {"F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+  constexpr std::string_view names[op_count] = {"F",      "B",      "I",      "W",
+                                                "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
   const int i = static_cast<int>(op);
   return (i >= 0 && i < op_count) ? names[i] : std::string_view{"?"};
 }
 
-constexpr bool is_compute(Op op) { return op == Op::F || op == Op::B || op == Op::I || op == Op::W; }
-constexpr bool is_comm(Op op) { return !is_compute(op); }
-constexpr bool is_send(Op op) { return op == Op::SEND_F || op == Op::SEND_B; }
-constexpr bool is_recv(Op op) { return op == Op::RECV_F || op == Op::RECV_B; }
+constexpr bool is_compute(Op op) {
+  return op == Op::F || op == Op::B || op == Op::I || op == Op::W;
+}
+constexpr bool is_comm(Op op) {
+  return !is_compute(op);
+}
+constexpr bool is_send(Op op) {
+  return op == Op::SEND_F || op == Op::SEND_B;
+}
+constexpr bool is_recv(Op op) {
+  return op == Op::RECV_F || op == Op::RECV_B;
+}
 /// B or I: the op that produces the gradient sent to the previous stage.
-constexpr bool is_backward(Op op) { return op == Op::B || op == Op::I; }
+constexpr bool is_backward(Op op) {
+  return op == Op::B || op == Op::I;
+}
 /// Communication that carries activations (F) rather than gradients (B).
-constexpr bool carries_activation(Op op) { return op == Op::SEND_F || op == Op::RECV_F; }
+constexpr bool carries_activation(Op op) {
+  return op == Op::SEND_F || op == Op::RECV_F;
+}
 
 /// One step of a rank's table.
 /// `chunk` is the local model chunk on the rank; `stage` is the global stage it computes or
@@ -51,20 +64,36 @@ struct Action {
 /// Shorthands for hand-written tables: `using namespace mpp::actions; { F(0), F(1), B(0), B(1) }`.
 /// The stage and peer are filled in from the row (rank) and the chunk when the table is built.
 namespace actions {
-constexpr Action F(int micro_batch, int chunk = 0) { return {Op::F, micro_batch, chunk, -1, -1}; }
-constexpr Action B(int micro_batch, int chunk = 0) { return {Op::B, micro_batch, chunk, -1, -1}; }
-constexpr Action I(int micro_batch, int chunk = 0) { return {Op::I, micro_batch, chunk, -1, -1}; }
-constexpr Action W(int micro_batch, int chunk = 0) { return {Op::W, micro_batch, chunk, -1, -1}; }
-constexpr Action SEND_F(int micro_batch, int chunk = 0) { return {Op::SEND_F, micro_batch, chunk, -1, -1}; }
-constexpr Action RECV_F(int micro_batch, int chunk = 0) { return {Op::RECV_F, micro_batch, chunk, -1, -1}; }
-constexpr Action SEND_B(int micro_batch, int chunk = 0) { return {Op::SEND_B, micro_batch, chunk, -1, -1}; }
-constexpr Action RECV_B(int micro_batch, int chunk = 0) { return {Op::RECV_B, micro_batch, chunk, -1, -1}; }
+constexpr Action F(int micro_batch, int chunk = 0) {
+  return {Op::F, micro_batch, chunk, -1, -1};
+}
+constexpr Action B(int micro_batch, int chunk = 0) {
+  return {Op::B, micro_batch, chunk, -1, -1};
+}
+constexpr Action I(int micro_batch, int chunk = 0) {
+  return {Op::I, micro_batch, chunk, -1, -1};
+}
+constexpr Action W(int micro_batch, int chunk = 0) {
+  return {Op::W, micro_batch, chunk, -1, -1};
+}
+constexpr Action SEND_F(int micro_batch, int chunk = 0) {
+  return {Op::SEND_F, micro_batch, chunk, -1, -1};
+}
+constexpr Action RECV_F(int micro_batch, int chunk = 0) {
+  return {Op::RECV_F, micro_batch, chunk, -1, -1};
+}
+constexpr Action SEND_B(int micro_batch, int chunk = 0) {
+  return {Op::SEND_B, micro_batch, chunk, -1, -1};
+}
+constexpr Action RECV_B(int micro_batch, int chunk = 0) {
+  return {Op::RECV_B, micro_batch, chunk, -1, -1};
+}
 }  // namespace actions
 
 /// A fixed-capacity text that constexpr code can build and that prints in full when a
 /// result holding it appears as a template argument in a compiler diagnostic.
 struct FixedText {
-  static constexpr int capacity = 320;
+  static constexpr int capacity = 512;
   char text[capacity]{};
   int length = 0;
 

@@ -38,8 +38,11 @@ constexpr bool parse_uint(std::string_view s, int& value) {
   return true;
 }
 constexpr std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '"')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '"')) s.remove_suffix(1);
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '"'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '"'))
+    s.remove_suffix(1);
   return s;
 }
 }  // namespace detail
@@ -85,7 +88,8 @@ constexpr void table_from_action_csv(ScheduleTable& t, std::string_view csv,
       if (!parse_action(cell, stage, op, mb)) {
         t.ranks = 1;
         t.error << "mpp: cannot parse action '" << cell << "' in line " << ranks
-                << "; expected <stage><F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B><micro-batch>, e.g. 1SEND_F0";
+                << "; expected <stage><F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B><micro-batch>, e.g. "
+                   "1SEND_F0";
         return;
       }
       max_stage = stage > max_stage ? stage : max_stage;

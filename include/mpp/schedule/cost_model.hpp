@@ -15,11 +15,16 @@ struct Costs {
 
   constexpr int of(Op op) const {
     switch (op) {
-      case Op::F: return forward;
-      case Op::B: return backward;
-      case Op::I: return input_grad;
-      case Op::W: return weight_grad;
-      default: return comm;
+      case Op::F:
+        return forward;
+      case Op::B:
+        return backward;
+      case Op::I:
+        return input_grad;
+      case Op::W:
+        return weight_grad;
+      default:
+        return comm;
     }
   }
 };

@@ -18,11 +18,16 @@ struct ScheduleSpec {
 
 constexpr std::string_view name_of(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::naive: return "Naive";
-    case ScheduleKind::gpipe: return "GPipe";
-    case ScheduleKind::one_f_one_b: return "OneFOneB";
-    case ScheduleKind::interleaved_1f1b: return "Interleaved1F1B";
-    case ScheduleKind::zero_bubble_h1: return "ZeroBubbleH1";
+    case ScheduleKind::naive:
+      return "Naive";
+    case ScheduleKind::gpipe:
+      return "GPipe";
+    case ScheduleKind::one_f_one_b:
+      return "OneFOneB";
+    case ScheduleKind::interleaved_1f1b:
+      return "Interleaved1F1B";
+    case ScheduleKind::zero_bubble_h1:
+      return "ZeroBubbleH1";
   }
   return "?";
 }
@@ -34,12 +39,18 @@ constexpr bool parse_schedule_kind(std::string_view s, ScheduleKind& out) {
     ScheduleKind kind;
   };
   constexpr Entry entries[] = {
-      {"naive", ScheduleKind::naive},           {"Naive", ScheduleKind::naive},
-      {"gpipe", ScheduleKind::gpipe},           {"GPipe", ScheduleKind::gpipe},
-      {"1f1b", ScheduleKind::one_f_one_b},      {"OneFOneB", ScheduleKind::one_f_one_b},
-      {"interleaved", ScheduleKind::interleaved_1f1b}, {"interleaved-1f1b", ScheduleKind::interleaved_1f1b},
-      {"Interleaved1F1B", ScheduleKind::interleaved_1f1b}, {"zb-h1", ScheduleKind::zero_bubble_h1},
-      {"zbh1", ScheduleKind::zero_bubble_h1},   {"ZeroBubbleH1", ScheduleKind::zero_bubble_h1},
+      {"naive", ScheduleKind::naive},
+      {"Naive", ScheduleKind::naive},
+      {"gpipe", ScheduleKind::gpipe},
+      {"GPipe", ScheduleKind::gpipe},
+      {"1f1b", ScheduleKind::one_f_one_b},
+      {"OneFOneB", ScheduleKind::one_f_one_b},
+      {"interleaved", ScheduleKind::interleaved_1f1b},
+      {"interleaved-1f1b", ScheduleKind::interleaved_1f1b},
+      {"Interleaved1F1B", ScheduleKind::interleaved_1f1b},
+      {"zb-h1", ScheduleKind::zero_bubble_h1},
+      {"zbh1", ScheduleKind::zero_bubble_h1},
+      {"ZeroBubbleH1", ScheduleKind::zero_bubble_h1},
   };
   for (const Entry& e : entries)
     if (e.spelling == s) {
@@ -54,8 +65,8 @@ namespace detail {
 /// GPipe (fill-drain): all forwards, then all backwards, in micro-batch order.
 constexpr void fill_gpipe(ScheduleTable& t) {
   for (int r = 0; r < t.ranks; ++r) {
-    for (int mb = 0; mb < t.micro_batches; ++mb) t.push(r, {Op::F, mb, 0, -1, -1});
-    for (int mb = 0; mb < t.micro_batches; ++mb) t.push(r, {Op::B, mb, 0, -1, -1});
+    for (int mb = 0; mb < t.micro_batches; ++mb) emit(t, r, Op::F, mb, 0);
+    for (int mb = 0; mb < t.micro_batches; ++mb) emit(t, r, Op::B, mb, 0);
   }
 }
 
@@ -65,12 +76,12 @@ constexpr void fill_one_f_one_b(ScheduleTable& t) {
   const int p = t.ranks, m = t.micro_batches;
   for (int r = 0; r < p; ++r) {
     const int warmup = (p - r - 1) < m ? (p - r - 1) : m;
-    for (int mb = 0; mb < warmup; ++mb) t.push(r, {Op::F, mb, 0, -1, -1});
+    for (int mb = 0; mb < warmup; ++mb) emit(t, r, Op::F, mb, 0);
     for (int i = 0; i + warmup < m; ++i) {
-      t.push(r, {Op::F, warmup + i, 0, -1, -1});
-      t.push(r, {Op::B, i, 0, -1, -1});
+      emit(t, r, Op::F, warmup + i, 0);
+      emit(t, r, Op::B, i, 0);
     }
-    for (int mb = m - warmup; mb < m; ++mb) t.push(r, {Op::B, mb, 0, -1, -1});
+    for (int mb = m - warmup; mb < m; ++mb) emit(t, r, Op::B, mb, 0);
   }
 }
 
@@ -79,25 +90,25 @@ constexpr void fill_one_f_one_b(ScheduleTable& t) {
 constexpr void fill_interleaved(ScheduleTable& t) {
   const int p = t.ranks, m = t.micro_batches, v = t.chunks_per_rank;
   if (m % p != 0) {
-    t.error << "mpp: Interleaved1F1B<M, V> needs M to be a multiple of the number of ranks (got M=" << m << " for "
-            << p << " ranks); use M=" << (m / p + 1) * p << " or OneFOneB";
+    t.error << "mpp: Interleaved1F1B<M, V> needs M to be a multiple of the number of ranks (got M="
+            << m << " for " << p << " ranks); use M=" << (m / p + 1) * p << " or OneFOneB";
     return;
   }
   const int total = m * v;
-  auto unit = [&](int k, bool forward) {
+  auto unit = [&](int r, int k, bool forward) {
     const int group = k / (p * v), within = k % (p * v);
     const int chunk = forward ? within / p : v - 1 - within / p;
-    return Action{forward ? Op::F : Op::B, group * p + within % p, chunk, -1, -1};
+    emit(t, r, forward ? Op::F : Op::B, group * p + within % p, chunk);
   };
   for (int r = 0; r < p; ++r) {
     int warmup = (p - r - 1) * 2 + (v - 1) * p;
     if (warmup > total) warmup = total;
-    for (int k = 0; k < warmup; ++k) t.push(r, unit(k, true));
+    for (int k = 0; k < warmup; ++k) unit(r, k, true);
     for (int k = 0; k + warmup < total; ++k) {
-      t.push(r, unit(warmup + k, true));
-      t.push(r, unit(k, false));
+      unit(r, warmup + k, true);
+      unit(r, k, false);
     }
-    for (int k = total - warmup; k < total; ++k) t.push(r, unit(k, false));
+    for (int k = total - warmup; k < total; ++k) unit(r, k, false);
   }
 }
 
@@ -109,13 +120,13 @@ constexpr void fill_zero_bubble_h1(ScheduleTable& t) {
   for (int r = 0; r < p; ++r) {
     const int warmup = (p - r - 1) < m ? (p - r - 1) : m;
     int next_w = 0;
-    for (int mb = 0; mb < warmup; ++mb) t.push(r, {Op::F, mb, 0, -1, -1});
+    for (int mb = 0; mb < warmup; ++mb) emit(t, r, Op::F, mb, 0);
     for (int i = 0; i < m; ++i) {
-      if (i + warmup < m) t.push(r, {Op::F, warmup + i, 0, -1, -1});
-      t.push(r, {Op::I, i, 0, -1, -1});
-      if (i - r >= 0) t.push(r, {Op::W, next_w++, 0, -1, -1});
+      if (i + warmup < m) emit(t, r, Op::F, warmup + i, 0);
+      emit(t, r, Op::I, i, 0);
+      if (i - r >= 0) emit(t, r, Op::W, next_w++, 0);
     }
-    while (next_w < m) t.push(r, {Op::W, next_w++, 0, -1, -1});
+    while (next_w < m) emit(t, r, Op::W, next_w++, 0);
   }
 }
 
@@ -135,15 +146,24 @@ constexpr void generate_into(ScheduleTable& t, const ScheduleSpec& spec, int ran
     return;
   }
   if (spec.kind == ScheduleKind::interleaved_1f1b && v < 2) {
-    t.error << "mpp: Interleaved1F1B<M, V> needs V >= 2 chunks per rank (got V=" << v << "); use OneFOneB<M> for V = 1";
+    t.error << "mpp: Interleaved1F1B<M, V> needs V >= 2 chunks per rank (got V=" << v
+            << "); use OneFOneB<M> for V = 1";
     return;
   }
   switch (spec.kind) {
     case ScheduleKind::naive:
-    case ScheduleKind::gpipe: detail::fill_gpipe(t); break;
-    case ScheduleKind::one_f_one_b: detail::fill_one_f_one_b(t); break;
-    case ScheduleKind::interleaved_1f1b: detail::fill_interleaved(t); break;
-    case ScheduleKind::zero_bubble_h1: detail::fill_zero_bubble_h1(t); break;
+    case ScheduleKind::gpipe:
+      detail::fill_gpipe(t);
+      break;
+    case ScheduleKind::one_f_one_b:
+      detail::fill_one_f_one_b(t);
+      break;
+    case ScheduleKind::interleaved_1f1b:
+      detail::fill_interleaved(t);
+      break;
+    case ScheduleKind::zero_bubble_h1:
+      detail::fill_zero_bubble_h1(t);
+      break;
   }
 }
 

@@ -8,42 +8,24 @@ namespace mpp {
 
 namespace detail {
 
-/// The receive a compute action needs before it runs, if its input comes from another rank.
-constexpr bool needs_receive(const ScheduleTable& t, int rank, const Action& a, Action& recv) {
-  const int s = a.stage;
-  if (a.op == Op::F && s > 0 && t.rank_of(s - 1) != rank) {
-    recv = Action{Op::RECV_F, a.micro_batch, a.chunk, s, t.rank_of(s - 1)};
-    return true;
-  }
-  if (is_backward(a.op) && s < t.stages() - 1 && t.rank_of(s + 1) != rank) {
-    recv = Action{Op::RECV_B, a.micro_batch, a.chunk, s, t.rank_of(s + 1)};
-    return true;
-  }
-  return false;
-}
-
-/// The send a compute action's result needs, if its consumer is on another rank.
-constexpr bool needs_send(const ScheduleTable& t, int rank, const Action& a, Action& send) {
-  const int s = a.stage;
-  if (a.op == Op::F && s < t.stages() - 1 && t.rank_of(s + 1) != rank) {
-    send = Action{Op::SEND_F, a.micro_batch, a.chunk, s, t.rank_of(s + 1)};
-    return true;
-  }
-  if (is_backward(a.op) && s > 0 && t.rank_of(s - 1) != rank) {
-    send = Action{Op::SEND_B, a.micro_batch, a.chunk, s, t.rank_of(s - 1)};
-    return true;
-  }
-  return false;
-}
-
-constexpr void copy_header(ScheduleTable& out, const ScheduleTable& in, CommSemantics semantics) {
+constexpr bool copy_header(ScheduleTable& out, const ScheduleTable& in, CommSemantics semantics) {
   out.ranks = in.ranks;
   out.micro_batches = in.micro_batches;
   out.chunks_per_rank = in.chunks_per_rank;
   out.error = in.error;
   out.lowered = true;
   out.semantics = semantics;
-  for (int r = 0; r < in.ranks; ++r) out.length[r] = 0;
+  for (int r = 0; r < in.ranks; ++r) {
+    out.length[r] = 0;
+    // A lowered compute action brings at most one receive and one send.
+    if (3 * in.length[r] > max_actions_per_rank && out.ok()) {
+      out.error << "mpp: rank " << r << " has " << in.length[r]
+                << " compute actions; lowered they may need " << 3 * in.length[r]
+                << ", more than mpp::max_actions_per_rank = " << max_actions_per_rank
+                << "; lower micro-batches * chunks";
+    }
+  }
+  return out.ok();
 }
 
 constexpr void copy_table(ScheduleTable& out, const ScheduleTable& in) {
@@ -59,96 +41,168 @@ constexpr void copy_table(ScheduleTable& out, const ScheduleTable& in) {
   }
 }
 
-/// Receive right before the compute, send right after. Fine with buffered sends; under
-/// rendezvous it deadlocks 1F1B (two neighbours that both send first), which is the point of
-/// keeping it: the textbook mistake, for tests and the docs.
-constexpr void lower_in_place_order(ScheduleTable& out, const ScheduleTable& in, CommSemantics semantics,
-                                    int receive_lookahead) {
-  copy_header(out, in, semantics);
+/// Emits the receive compute `a` on rank r needs (input from another rank), if any.
+constexpr void emit_receive_for(ScheduleTable& out, int r, const Action& a, int stages) {
+  const int P = out.ranks, s = a.stage;
+  if (a.op == Op::F) {
+    if (s > 0 && (s - 1) % P != r) emit(out, r, Op::RECV_F, a.micro_batch, a.chunk, (s - 1) % P);
+  } else if (a.op != Op::W) {
+    if (s < stages - 1 && (s + 1) % P != r)
+      emit(out, r, Op::RECV_B, a.micro_batch, a.chunk, (s + 1) % P);
+  }
+}
+
+/// Emits the send of compute `a`'s result on rank r (to another rank), if any.
+constexpr void emit_send_for(ScheduleTable& out, int r, const Action& a, int stages) {
+  const int P = out.ranks, s = a.stage;
+  if (a.op == Op::F) {
+    if (s < stages - 1 && (s + 1) % P != r)
+      emit(out, r, Op::SEND_F, a.micro_batch, a.chunk, (s + 1) % P);
+  } else if (a.op != Op::W) {
+    if (s > 0 && (s - 1) % P != r) emit(out, r, Op::SEND_B, a.micro_batch, a.chunk, (s - 1) % P);
+  }
+}
+
+/// Receive for compute k posted before compute k - lookahead (lookahead 0: right before it);
+/// each send right after its compute.
+constexpr void lower_in_order(ScheduleTable& out, const ScheduleTable& in, CommSemantics semantics,
+                              int receive_lookahead) {
+  if (!copy_header(out, in, semantics)) return;
+  const int S = in.stages();
   for (int r = 0; r < in.ranks; ++r) {
+    const Action* row = in.actions[r];
     const int n = in.length[r];
-    Action comm{};
-    // Receives for compute k are posted before compute k - lookahead (or at the start).
-    for (int k = 0; k < receive_lookahead && k < n; ++k)
-      if (needs_receive(in, r, in.actions[r][k], comm)) out.push(r, comm);
+    for (int k = 0; k < receive_lookahead && k < n; ++k) emit_receive_for(out, r, row[k], S);
     for (int k = 0; k < n; ++k) {
-      const Action& a = in.actions[r][k];
-      const int ahead = k + receive_lookahead;
-      if (receive_lookahead > 0 && ahead < n && needs_receive(in, r, in.actions[r][ahead], comm)) out.push(r, comm);
-      if (receive_lookahead == 0 && needs_receive(in, r, a, comm)) out.push(r, comm);
-      out.push(r, a);
-      if (needs_send(in, r, a, comm)) out.push(r, comm);
+      if (receive_lookahead == 0)
+        emit_receive_for(out, r, row[k], S);
+      else if (k + receive_lookahead < n)
+        emit_receive_for(out, r, row[k + receive_lookahead], S);
+      out.actions[r][out.length[r]++] = row[k];
+      emit_send_for(out, r, row[k], S);
     }
   }
 }
 
+/// Scratch of the rendezvous lowering (see with_state).
+struct RendezvousState {
+  static constexpr int never = 0x3fffffff;
+  int clock[max_ranks], pc[max_ranks];
+  int ready_at[max_ranks];  // clock if the next compute's inputs are here, else never
+  int head[2 * max_ranks],
+      tail[2 * max_ranks];         // [rank * 2 + kind], kind 0: F to rank+1, 1: B to rank-1
+  int transfer_at[2 * max_ranks];  // start of the queue's next transfer, or never
+  int peer_of_queue[2 * max_ranks];
+  int received[2 * max_slots];                    // [kind * slots + stage * M + mb] of the consumer
+  int needs[max_ranks][max_actions_per_rank];     // per compute: 0, or 1 + index into received
+  int produces[max_ranks][max_actions_per_rank];  // per compute: -1, or the kind of its send
+  int queue[2 * max_ranks][max_actions_per_rank];  // producing step of each unsent result
+};
+
 /// Rendezvous lowering: replays the compute table under the cost model and emits each transfer
-/// when both its sender and its receiver are between computes, earliest first. Because every
-/// emitted SEND/RECV pair actually met in that replay, the tables complete under rendezvous
-/// (each rank's next action stays enabled until taken, so any execution order finishes).
-/// Neighbours that exchange in both directions come out paired (one sends while the other
-/// receives, then the reverse), never both sending first.
+/// when both its sender and its receiver are between computes, earliest first (transfers before
+/// computes on ties, then lower ranks). Every emitted SEND/RECV pair met in that replay, so the
+/// tables complete under rendezvous; and since a blocked rank stays blocked until its peer
+/// arrives, every execution order completes. Neighbours exchanging both ways come out paired
+/// (one sends while the other receives), never both sending first.
+/// Returns false if the compute table cannot run at all (the caller falls back to lower_in_order).
 constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, const Costs& costs) {
-  copy_header(out, in, CommSemantics::rendezvous);
-  const int P = in.ranks, M = in.micro_batches, S = in.stages(), slots = S * M;
-  int capacity = 1;
-  for (int r = 0; r < P; ++r) capacity = in.length[r] > capacity ? in.length[r] : capacity;
-  Buffer<int> clock(P, 0), pc(P, 0), received_f(slots, 0), received_b(slots, 0);
-  // Per rank, FIFO of produced-but-unsent results: [rank * 2 + kind] -> (stage * M + mb) of the producer.
-  Buffer<int> queue(P * 2 * capacity, -1), head(P * 2, 0), tail(P * 2, 0);
-  for (;;) {
-    int best = -1, best_start = 0, best_kind = 0;  // best_kind: 0 compute, 1 transfer F, 2 transfer B
-    for (int a = 0; a < P; ++a)
-      for (int kind = 0; kind < 2; ++kind) {
-        const int q = a * 2 + kind;
-        if (head[q] == tail[q]) continue;
-        const int b = ((kind == 0 ? a + 1 : a - 1) % P + P) % P;
-        const int start = clock[a] > clock[b] ? clock[a] : clock[b];
-        if (best < 0 || start < best_start) {
-          best = a;
-          best_start = start;
-          best_kind = 1 + kind;
+  if (!copy_header(out, in, CommSemantics::rendezvous)) return true;
+  const int P = in.ranks, M = in.micro_batches, V = in.chunks_per_rank, S = in.stages(),
+            slots = S * M;
+  if (slots > max_slots) return false;
+  for (int r = 0; r < P; ++r)
+    for (int k = 0; k < in.length[r]; ++k) {  // ranges only; the verifier checks the rest
+      const Action& a = in.actions[r][k];
+      if (a.micro_batch < 0 || a.micro_batch >= M || a.chunk < 0 || a.chunk >= V ||
+          a.stage != a.chunk * P + r || !is_compute(a.op))
+        return false;
+    }
+  return with_state<RendezvousState>([&](RendezvousState& st) {
+    constexpr int never = RendezvousState::never;
+    for (int r = 0; r < P; ++r) {
+      st.peer_of_queue[2 * r] = (r + 1) % P;
+      st.peer_of_queue[2 * r + 1] = (r - 1 + P) % P;
+      st.transfer_at[2 * r] = never;
+      st.transfer_at[2 * r + 1] = never;
+      for (int k = 0; k < in.length[r]; ++k) {
+        const Action& c = in.actions[r][k];
+        const int s = c.stage, id = s * M + c.micro_batch;
+        st.produces[r][k] = -1;
+        if (c.op == Op::F) {
+          if (s > 0 && (s - 1) % P != r) st.needs[r][k] = 1 + id;
+          if (s < S - 1 && (s + 1) % P != r) st.produces[r][k] = 0;
+        } else if (c.op != Op::W) {
+          if (s < S - 1 && (s + 1) % P != r) st.needs[r][k] = 1 + slots + id;
+          if (s > 0 && (s - 1) % P != r) st.produces[r][k] = 1;
         }
       }
-    for (int r = 0; r < P; ++r) {
-      if (pc[r] >= in.length[r]) continue;
-      const Action& c = in.actions[r][pc[r]];
-      const int id = c.stage * M + c.micro_batch;
-      Action recv{};
-      if (needs_receive(in, r, c, recv) && !(c.op == Op::F ? received_f[id] : received_b[id])) continue;
-      if (best < 0 || clock[r] < best_start) {
-        best = r;
-        best_start = clock[r];
-        best_kind = 0;
+      st.ready_at[r] = in.length[r] > 0 && st.needs[r][0] == 0 ? 0 : never;
+    }
+    for (;;) {
+      int best = -1, best_start = never, best_queue = -1;
+      for (int q = 0; q < 2 * P; ++q)
+        if (st.transfer_at[q] < best_start) {
+          best_queue = q;
+          best_start = st.transfer_at[q];
+        }
+      for (int r = 0; r < P; ++r)
+        if (st.ready_at[r] < best_start) {
+          best = r;
+          best_start = st.ready_at[r];
+        }
+      int touched[2] = {-1, -1};
+      if (best >= 0) {
+        const int k = st.pc[best]++;
+        const Action& c = in.actions[best][k];
+        out.actions[best][out.length[best]++] = c;
+        st.clock[best] += c.op == Op::F   ? costs.forward
+                          : c.op == Op::B ? costs.backward
+                          : c.op == Op::I ? costs.input_grad
+                                          : costs.weight_grad;
+        const int kind = st.produces[best][k];
+        if (kind >= 0) {
+          const int q = best * 2 + kind;
+          st.queue[q][st.tail[q]++] = k;
+        }
+        touched[0] = best;
+      } else if (best_queue >= 0) {
+        const int q = best_queue, a = q / 2, kind = q % 2, b = st.peer_of_queue[q];
+        const Action& produced = in.actions[a][st.queue[q][st.head[q]++]];
+        const int dst_stage = kind == 0 ? produced.stage + 1 : produced.stage - 1;
+        emit(out, a, kind == 0 ? Op::SEND_F : Op::SEND_B, produced.micro_batch, produced.chunk, b);
+        emit(out, b, kind == 0 ? Op::RECV_F : Op::RECV_B, produced.micro_batch, dst_stage / P, a);
+        st.clock[a] = best_start + costs.comm;
+        st.clock[b] = best_start + costs.comm;
+        st.received[kind * slots + dst_stage * M + produced.micro_batch] = 1;
+        touched[0] = a;
+        touched[1] = b;
+      } else {
+        break;
+      }
+      for (int i = 0; i < 2; ++i) {
+        const int r = touched[i];
+        if (r < 0) continue;
+        // The rank's next compute, and the four queues whose transfer start depends on its clock.
+        const int k = st.pc[r];
+        st.ready_at[r] =
+            k < in.length[r] && (st.needs[r][k] == 0 || st.received[st.needs[r][k] - 1])
+                ? st.clock[r]
+                : never;
+        const int around[4] = {2 * r, 2 * r + 1, 2 * st.peer_of_queue[2 * r + 1],
+                               2 * st.peer_of_queue[2 * r] + 1};
+        for (int j = 0; j < 4; ++j) {
+          const int q = around[j], from = q / 2, to = st.peer_of_queue[q];
+          st.transfer_at[q] = st.head[q] == st.tail[q]        ? never
+                              : st.clock[from] > st.clock[to] ? st.clock[from]
+                                                              : st.clock[to];
+        }
       }
     }
-    if (best < 0) break;
-    if (best_kind == 0) {
-      const Action& c = in.actions[best][pc[best]];
-      out.push(best, c);
-      clock[best] += costs.of(c.op);
-      ++pc[best];
-      Action send{};
-      if (needs_send(in, best, c, send)) {
-        const int q = best * 2 + (send.op == Op::SEND_F ? 0 : 1);
-        queue[q * capacity + tail[q]++] = c.stage * M + c.micro_batch;
-      }
-    } else {
-      const int kind = best_kind - 1, q = best * 2 + kind;
-      const int src = queue[q * capacity + head[q]++];
-      const int stage = src / M, mb = src % M;
-      const int dst_stage = kind == 0 ? stage + 1 : stage - 1;
-      const int b = in.rank_of(dst_stage);
-      out.push(best, Action{kind == 0 ? Op::SEND_F : Op::SEND_B, mb, in.chunk_of(stage), stage, b});
-      out.push(b, Action{kind == 0 ? Op::RECV_F : Op::RECV_B, mb, in.chunk_of(dst_stage), dst_stage, best});
-      const int end = best_start + costs.comm;
-      clock[best] = clock[b] = end;
-      (kind == 0 ? received_f : received_b)[dst_stage * M + mb] = 1;
-    }
-  }
-  for (int r = 0; r < P; ++r)
-    if (pc[r] < in.length[r]) return false;  // the compute table itself cannot run
-  return true;
+    for (int r = 0; r < P; ++r)
+      if (st.pc[r] < in.length[r]) return false;
+    return true;
+  });
 }
 
 }  // namespace detail
@@ -159,41 +213,40 @@ inline constexpr int async_receive_lookahead = 1;
 
 /// Lowers in place into `out` (large tables: avoids a copy at compile time).
 /// buffered: receives posted one compute early, sends right after their compute.
-/// rendezvous: transfers ordered by a replay so that no two neighbours wait on each other.
+/// rendezvous: transfers ordered so that no two neighbours wait on each other.
 /// An invalid or already lowered table is copied unchanged (the verifier then reports it).
 constexpr void lower_into(ScheduleTable& out, const ScheduleTable& in, CommSemantics semantics,
                           const Costs& costs = {}) {
-  out = ScheduleTable{};
   if (!in.ok() || in.lowered) {
     detail::copy_table(out, in);
     return;
   }
   if (semantics == CommSemantics::buffered) {
-    detail::lower_in_place_order(out, in, semantics, async_receive_lookahead);
+    detail::lower_in_order(out, in, semantics, async_receive_lookahead);
     return;
   }
   if (!detail::lower_rendezvous(out, in, costs)) {
-    // Not runnable at all: emit the textbook order so the verifier names the stuck action.
-    out = ScheduleTable{};
-    detail::lower_in_place_order(out, in, semantics, 0);
+    // Not runnable at all: emit the textbook order so that the verifier names the broken rule.
+    detail::lower_in_order(out, in, semantics, 0);
   }
 }
 
-constexpr ScheduleTable lower(const ScheduleTable& in, CommSemantics semantics, const Costs& costs = {}) {
+constexpr ScheduleTable lower(const ScheduleTable& in, CommSemantics semantics,
+                              const Costs& costs = {}) {
   ScheduleTable out{};
   lower_into(out, in, semantics, costs);
   return out;
 }
 
 /// The textbook lowering: RECV right before each compute, SEND right after. Kept to show (and
-/// test) that it deadlocks under rendezvous for 1F1B.
+/// test) that it deadlocks under rendezvous for 1F1B: in the steady state two neighbours both
+/// send first.
 constexpr ScheduleTable lower_naive(const ScheduleTable& in, CommSemantics semantics) {
   ScheduleTable out{};
-  if (!in.ok() || in.lowered) {
+  if (!in.ok() || in.lowered)
     detail::copy_table(out, in);
-    return out;
-  }
-  detail::lower_in_place_order(out, in, semantics, 0);
+  else
+    detail::lower_in_order(out, in, semantics, 0);
   return out;
 }
 

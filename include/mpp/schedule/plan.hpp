@@ -5,11 +5,12 @@
 //   for (const mpp::Action& a : plan.actions(rank)) switch (a.op) { ... }
 //
 // Each rank runs plan.actions(rank) in order:
-//   F / B / I / W  compute on local chunk a.chunk (global stage a.stage) for micro-batch a.micro_batch
-//   SEND_F         send the output of F(a.stage, mb) to rank a.peer          (tag: activations)
-//   RECV_F         receive the input of F(a.stage, mb) from rank a.peer      (tag: activations)
-//   SEND_B         send the input grad of B/I(a.stage, mb) to rank a.peer    (tag: gradients)
-//   RECV_B         receive the output grad for B/I(a.stage, mb) from a.peer  (tag: gradients)
+//   F / B / I / W  compute on local chunk a.chunk (global stage a.stage) for micro-batch
+//   a.micro_batch SEND_F         send the output of F(a.stage, mb) to rank a.peer          (tag:
+//   activations) RECV_F         receive the input of F(a.stage, mb) from rank a.peer      (tag:
+//   activations) SEND_B         send the input grad of B/I(a.stage, mb) to rank a.peer    (tag:
+//   gradients) RECV_B         receive the output grad for B/I(a.stage, mb) from a.peer  (tag:
+//   gradients)
 // Messages between two ranks match in order per direction and kind (use one tag for
 // activations and another for gradients). Rendezvous plans: run each SEND/RECV to completion
 // in order. Buffered plans: RECV posts an irecv (wait for it before the compute that needs it),
@@ -40,15 +41,19 @@ struct Plan {
 };
 
 /// Lowers and verifies in place. figures.ok tells whether the plan is sound.
-constexpr void plan_into(Plan& plan, const ScheduleTable& compute, CommSemantics semantics, const Costs& costs = {}) {
+constexpr void plan_into(Plan& plan, const ScheduleTable& compute, CommSemantics semantics,
+                         const Costs& costs = {}) {
   plan.costs = costs;
+  detail::verify_into(plan.figures, compute, semantics, costs, nullptr, true);
+  if (!plan.figures.ok) return;
   lower_into(plan.table, compute, semantics, costs);
   detail::verify_into(plan.figures, plan.table, semantics, costs, nullptr);
 }
 
 /// Lowers `compute` for `semantics`, verifies it, and returns the plan on the heap (a Plan is
 /// about 650 KB). Throws ScheduleError with the verifier's message if the schedule is unsound.
-inline std::unique_ptr<Plan> make_plan(const ScheduleTable& compute, CommSemantics semantics, const Costs& costs = {}) {
+inline std::unique_ptr<Plan> make_plan(const ScheduleTable& compute, CommSemantics semantics,
+                                       const Costs& costs = {}) {
   auto plan = std::make_unique<Plan>();
   plan_into(*plan, compute, semantics, costs);
   if (!plan->figures.ok) throw ScheduleError(std::string(plan->figures.message.view()));
@@ -65,20 +70,37 @@ inline std::unique_ptr<Plan> make_plan(const ScheduleSpec& spec, CommSemantics s
 
 /// Compile-time (or run-time) plan of a schedule policy for a comm policy's semantics.
 template <schedule Sched, class Comm>
-  requires detail::has_comm_semantics<Comm>
+requires detail::has_comm_semantics<Comm>
 constexpr Plan plan_for(int ranks, const Costs& costs = {}) {
   Plan plan{};
-  plan_into(plan, Sched::table(ranks), Comm::semantics, costs);
+  ScheduleTable compute{};
+  if constexpr (requires { Sched::spec; })
+    generate_into(compute, Sched::spec, ranks);
+  else
+    compute = Sched::table(ranks);
+  plan_into(plan, compute, Comm::semantics, costs);
   return plan;
 }
 
 /// `static_assert(mpp::verify<Sched, Comm>(P).ok)`: generate, lower for Comm::semantics, verify.
 template <schedule Sched, class Comm>
-  requires detail::has_comm_semantics<Comm>
+requires detail::has_comm_semantics<Comm>
 constexpr VerifyResult verify(int ranks, const Costs& costs = {}) {
+  VerifyResult out{};
+  ScheduleTable compute{};
+  if constexpr (requires { Sched::spec; })
+    generate_into(compute, Sched::spec,
+                  ranks);  // in place: no copy (or cached copy) of a big table
+  else
+    compute = Sched::table(ranks);
+  // Compute-level rules first, so that a hand-written table's mistakes are reported at the
+  // step of the row the user wrote, not at a step of the lowered table.
+  detail::verify_into(out, compute, Comm::semantics, costs, nullptr, true);
+  if (!out.ok) return out;
   ScheduleTable lowered{};
-  lower_into(lowered, Sched::table(ranks), Comm::semantics, costs);
-  return verify(lowered, Comm::semantics, costs);
+  lower_into(lowered, compute, Comm::semantics, costs);
+  detail::verify_into(out, lowered, Comm::semantics, costs, nullptr);
+  return out;
 }
 
 }  // namespace mpp

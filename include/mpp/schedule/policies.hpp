@@ -30,7 +30,8 @@ struct Naive {
 template <int M>
 struct GPipe {
   static_assert(M >= 1, "mpp: GPipe<M> needs M >= 1 micro-batch");
-  static_assert(6 * M <= max_actions_per_rank, "mpp: GPipe<M> exceeds mpp::max_actions_per_rank; lower M");
+  static_assert(6 * M <= max_actions_per_rank,
+                "mpp: GPipe<M> exceeds mpp::max_actions_per_rank; lower M");
   static constexpr int micro_batches = M;
   static constexpr int chunks_per_rank = 1;
   static constexpr std::string_view name = "GPipe";
@@ -42,7 +43,8 @@ struct GPipe {
 template <int M>
 struct OneFOneB {
   static_assert(M >= 1, "mpp: OneFOneB<M> needs M >= 1 micro-batch");
-  static_assert(6 * M <= max_actions_per_rank, "mpp: OneFOneB<M> exceeds mpp::max_actions_per_rank; lower M");
+  static_assert(6 * M <= max_actions_per_rank,
+                "mpp: OneFOneB<M> exceeds mpp::max_actions_per_rank; lower M");
   static constexpr int micro_batches = M;
   static constexpr int chunks_per_rank = 1;
   static constexpr std::string_view name = "OneFOneB";
@@ -54,8 +56,10 @@ struct OneFOneB {
 template <int M, int V>
 struct Interleaved1F1B {
   static_assert(M >= 1, "mpp: Interleaved1F1B<M, V> needs M >= 1 micro-batch");
-  static_assert(V >= 2, "mpp: Interleaved1F1B<M, V> needs V >= 2 chunks per rank; use OneFOneB<M> for V = 1");
-  static_assert(V <= max_chunks_per_rank, "mpp: Interleaved1F1B<M, V> needs V <= mpp::max_chunks_per_rank");
+  static_assert(
+      V >= 2, "mpp: Interleaved1F1B<M, V> needs V >= 2 chunks per rank; use OneFOneB<M> for V = 1");
+  static_assert(V <= max_chunks_per_rank,
+                "mpp: Interleaved1F1B<M, V> needs V <= mpp::max_chunks_per_rank");
   static_assert(6 * M * V <= max_actions_per_rank,
                 "mpp: Interleaved1F1B<M, V> exceeds mpp::max_actions_per_rank; lower M or V");
   static constexpr int micro_batches = M;
@@ -69,7 +73,8 @@ struct Interleaved1F1B {
 template <int M>
 struct ZeroBubbleH1 {
   static_assert(M >= 1, "mpp: ZeroBubbleH1<M> needs M >= 1 micro-batch");
-  static_assert(7 * M <= max_actions_per_rank, "mpp: ZeroBubbleH1<M> exceeds mpp::max_actions_per_rank; lower M");
+  static_assert(7 * M <= max_actions_per_rank,
+                "mpp: ZeroBubbleH1<M> exceeds mpp::max_actions_per_rank; lower M");
   static constexpr int micro_batches = M;
   static constexpr int chunks_per_rank = 1;
   static constexpr std::string_view name = "ZeroBubbleH1";
@@ -113,8 +118,8 @@ constexpr ScheduleTable table_from_rows(const Rows& rows, int ranks,
   detail::init_table(t, "Custom", ranks, m < 1 ? 1 : m, v < 1 ? 1 : v, 1);
   if (!t.ok()) return t;
   if (row_count != ranks) {
-    t.error << "mpp: the hand-written table has " << row_count << " rank rows but was asked for " << ranks
-            << " ranks; write one row per rank";
+    t.error << "mpp: the hand-written table has " << row_count << " rank rows but was asked for "
+            << ranks << " ranks; write one row per rank";
     return t;
   }
   t.lowered = detail::rows_have_comm(rows);
@@ -133,10 +138,13 @@ constexpr ScheduleTable table_from_rows(const Rows& rows, int ranks,
 template <const auto& Rows, CommSemantics Semantics = CommSemantics::buffered>
 struct Custom {
   static constexpr int micro_batches = detail::rows_max_plus_one(Rows, false);
-  static constexpr int chunks_per_rank = detail::rows_max_plus_one(Rows, true) < 1 ? 1 : detail::rows_max_plus_one(Rows, true);
+  static constexpr int chunks_per_rank =
+      detail::rows_max_plus_one(Rows, true) < 1 ? 1 : detail::rows_max_plus_one(Rows, true);
   static constexpr int ranks = static_cast<int>(std::size(Rows));
   static constexpr std::string_view name = "Custom";
-  static constexpr ScheduleTable table(int ranks_asked) { return table_from_rows(Rows, ranks_asked, Semantics); }
+  static constexpr ScheduleTable table(int ranks_asked) {
+    return table_from_rows(Rows, ranks_asked, Semantics);
+  }
 };
 
 }  // namespace mpp

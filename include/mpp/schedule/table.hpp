@@ -11,9 +11,9 @@ namespace mpp {
 
 /// Capacity limits of a ScheduleTable (a table is a plain array so that it can be constexpr data).
 /// Beyond them a generator or make_plan() reports a ScheduleTable::error / throws ScheduleError.
-inline constexpr int max_ranks = 32;              // pipeline ranks P
-inline constexpr int max_chunks_per_rank = 8;     // V
-inline constexpr int max_actions_per_rank = 1024; // compute + communication actions of one rank
+inline constexpr int max_ranks = 32;               // pipeline ranks P
+inline constexpr int max_chunks_per_rank = 8;      // V
+inline constexpr int max_actions_per_rank = 1024;  // compute + communication actions of one rank
 /// Worst case per rank is 7 * V * M actions (ZB-H1 lowered: F, I, W and four comm ops), so any
 /// schedule with V * M <= 146 fits; 1F1B/GPipe lowered need 6 * V * M.
 
@@ -33,7 +33,7 @@ struct ScheduleTable {
   int chunks_per_rank = 1;  // V
   bool lowered = false;     // true once SEND/RECV are explicit (see lower())
   CommSemantics semantics = CommSemantics::buffered;  // what the lowering ordered for
-  FixedText error{};        // non-empty when the generator rejected its parameters
+  FixedText error{};  // non-empty when the generator rejected its parameters
   int length[max_ranks]{};
   Action actions[max_ranks][max_actions_per_rank]{};
 
@@ -57,8 +57,10 @@ struct ScheduleTable {
       return;
     }
     if (length[rank] >= max_actions_per_rank) {
-      error << "mpp: rank " << rank << " needs more than mpp::max_actions_per_rank = " << max_actions_per_rank
-            << " actions; lower micro-batches * chunks (M=" << micro_batches << ", V=" << chunks_per_rank << ")";
+      error << "mpp: rank " << rank
+            << " needs more than mpp::max_actions_per_rank = " << max_actions_per_rank
+            << " actions; lower micro-batches * chunks (M=" << micro_batches
+            << ", V=" << chunks_per_rank << ")";
       return;
     }
     if (a.stage < 0) a.stage = stage_of(rank, a.chunk);
@@ -72,30 +74,39 @@ struct ScheduleTable {
 
 namespace detail {
 
-inline constexpr std::string_view plan_capacity_hint =
-    "; see mpp::max_ranks, mpp::max_chunks_per_rank, mpp::max_actions_per_rank";
+/// Appends without checks: for generators and lowering, whose capacity init_table() validated.
+constexpr void emit(ScheduleTable& t, int rank, Op op, int micro_batch, int chunk, int peer = -1) {
+  Action& a = t.actions[rank][t.length[rank]++];
+  a.op = op;
+  a.micro_batch = micro_batch;
+  a.chunk = chunk;
+  a.stage = chunk * t.ranks + rank;
+  a.peer = peer;
+}
 
 /// Validates (P, M, V) against the limits and prepares an empty table. `actions_per_unit` is the
 /// number of actions per (chunk, micro-batch) on one rank once lowered (6 for F/B, 7 for F/I/W).
-constexpr void init_table(ScheduleTable& t, std::string_view schedule_name, int ranks, int micro_batches,
-                          int chunks_per_rank, int actions_per_unit) {
+constexpr void init_table(ScheduleTable& t, std::string_view schedule_name, int ranks,
+                          int micro_batches, int chunks_per_rank, int actions_per_unit) {
   t.ranks = ranks;
   t.micro_batches = micro_batches;
   t.chunks_per_rank = chunks_per_rank;
   if (ranks < 1 || ranks > max_ranks) {
-    t.error << "mpp: " << schedule_name << " needs 1 <= ranks <= mpp::max_ranks = " << max_ranks << " (got "
-            << ranks << ")";
+    t.error << "mpp: " << schedule_name << " needs 1 <= ranks <= mpp::max_ranks = " << max_ranks
+            << " (got " << ranks << ")";
     t.ranks = ranks < 1 ? 1 : max_ranks;
   } else if (micro_batches < 1) {
-    t.error << "mpp: " << schedule_name << " needs at least one micro-batch (got M=" << micro_batches << ")";
+    t.error << "mpp: " << schedule_name
+            << " needs at least one micro-batch (got M=" << micro_batches << ")";
   } else if (chunks_per_rank < 1 || chunks_per_rank > max_chunks_per_rank) {
-    t.error << "mpp: " << schedule_name << " needs 1 <= chunks per rank <= mpp::max_chunks_per_rank = "
-            << max_chunks_per_rank << " (got V=" << chunks_per_rank << ")";
+    t.error << "mpp: " << schedule_name
+            << " needs 1 <= chunks per rank <= mpp::max_chunks_per_rank = " << max_chunks_per_rank
+            << " (got V=" << chunks_per_rank << ")";
   } else if (actions_per_unit * chunks_per_rank * micro_batches > max_actions_per_rank) {
-    t.error << "mpp: " << schedule_name << " with M=" << micro_batches << ", V=" << chunks_per_rank << " needs "
-            << actions_per_unit * chunks_per_rank * micro_batches
-            << " actions per rank once lowered, more than mpp::max_actions_per_rank = " << max_actions_per_rank
-            << "; lower M or V";
+    t.error << "mpp: " << schedule_name << " with M=" << micro_batches << ", V=" << chunks_per_rank
+            << " needs " << actions_per_unit * chunks_per_rank * micro_batches
+            << " actions per rank once lowered, more than mpp::max_actions_per_rank = "
+            << max_actions_per_rank << "; lower M or V";
   }
 }
 

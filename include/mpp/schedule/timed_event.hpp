@@ -8,7 +8,8 @@ namespace mpp {
 
 struct TimedEvent {
   int rank = 0;
-  double start = 0;  // cost units when predicted; any consistent unit (e.g. microseconds) when measured
+  double start =
+      0;  // cost units when predicted; any consistent unit (e.g. microseconds) when measured
   double end = 0;
   Op op = Op::F;
   int micro_batch = 0;

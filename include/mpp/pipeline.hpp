@@ -1,0 +1,7 @@
+#pragma once
+// Pipeline<Stages, Schedule, Comm>, micro-batching and the executor.
+#include "mpp/partition.hpp"
+#include "mpp/pipeline/executor.hpp"
+#include "mpp/pipeline/micro_batch.hpp"
+#include "mpp/pipeline/pipeline.hpp"
+#include "mpp/pipeline/shape_header.hpp"

@@ -1,0 +1,180 @@
+#pragma once
+// Pipeline<Stages, Schedule, Comm>: the course's central type.
+//
+//   using Pipe = mpp::Pipeline<mpp::Uniform<2>, mpp::OneFOneB<8>, mpp::Async<mpp::Gloo>>;
+//   auto world = mpp::init_process_group();
+//   Pipe pipe(world, mpp::MlpModel{cfg});                   // builds only this rank's layers
+//   torch::optim::Adam opt(pipe.parameters(), 1e-3);        // the optimizer stays yours
+//   opt.zero_grad();
+//   double loss = pipe.train_step(x, y, mse);               // x on the first rank, y on the last
+//   opt.step();
+//
+// Everything that decides what happens when is fixed by the three types: the partition says which
+// layers each stage owns, the schedule's table (lowered for the comm policy's semantics and
+// proved sound by the verifier in a static_assert) says in what order each rank computes and
+// talks, and the comm policy says whether a send blocks. train_step runs the rank's table.
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpp/comm/communicator.hpp"
+#include "mpp/comm/policy.hpp"
+#include "mpp/partition/concepts.hpp"
+#include "mpp/partition/explicit.hpp"
+#include "mpp/partition/model.hpp"
+#include "mpp/pipeline/executor.hpp"
+#include "mpp/pipeline/shape_header.hpp"
+#include "mpp/schedule/plan.hpp"
+#include "mpp/schedule/policies.hpp"
+#include "mpp/trace/event.hpp"
+
+namespace mpp {
+
+/// "GPipe<8>", "Interleaved1F1B<8,2>", "Naive": a schedule's name with its knobs.
+template <schedule S>
+std::string schedule_display_name() {
+  std::string n(S::name);
+  if (n == "Naive" || n == "Custom") return n;
+  n += "<" + std::to_string(S::micro_batches);
+  if (S::chunks_per_rank > 1) n += "," + std::to_string(S::chunks_per_rank);
+  return n + ">";
+}
+
+/// "Async<Gloo>".
+template <comm_policy C>
+std::string comm_display_name() {
+  return std::string(C::name) + "<" + std::string(C::backend::name) + ">";
+}
+
+namespace detail {
+template <class P>
+concept has_fixed_pieces = requires {
+  { P::pieces } -> std::convertible_to<int>;
+};
+
+template <class P, int V>
+constexpr bool pieces_fit_chunks() {
+  if constexpr (has_fixed_pieces<P>)
+    return P::pieces % V == 0;
+  else
+    return true;
+}
+}  // namespace detail
+
+template <partition Stages, schedule Sched, comm_policy Comm>
+class Pipeline {
+ public:
+  using partition_type = Stages;
+  using schedule_type = Sched;
+  using comm_type = Comm;
+
+  static constexpr int chunks_per_rank = Sched::chunks_per_rank;
+  static constexpr int micro_batches = Sched::micro_batches;
+  static constexpr bool recompute = recomputes_v<Stages>;
+
+  static_assert(
+      detail::pieces_fit_chunks<Stages, chunks_per_rank>(),
+      "mpp: an Explicit<n...> partition under a schedule with V chunks per rank lists one size per "
+      "model piece, stages x V of them in model order; make the number of sizes a multiple of V");
+
+  /// Pipeline ranks (P): one per stage, or per V stages under an interleaved schedule.
+  static constexpr int stages = Stages::stages_for(chunks_per_rank);
+  static_assert(stages >= 1, "mpp: the partition gives no pipeline stage");
+
+  // The compiler runs the schedule's simulator: a table that can deadlock, or that forgets or
+  // misorders a backward, does not compile. The diagnostic prints the verifier's message.
+  static_assert(
+      sound<verify<Sched, Comm>(stages)>,
+      "mpp: this schedule does not run under this comm policy (see the verifier's message above)");
+
+  static std::string name() {
+    return "Pipeline<" + Stages::name() + ", " + schedule_display_name<Sched>() + ", " +
+           comm_display_name<Comm>() + ">";
+  }
+
+  /// Builds this rank's pieces of `model` (and only those) and its lowered table. `group` is the
+  /// pipeline's process group: its size must be the number of stages.
+  template <layered_model Model>
+  Pipeline(ProcessGroup group, const Model& model)
+      : executor_(make_executor(std::move(group), model)) {}
+
+  /// One training step over a batch: inputs are needed on rank 0 only, targets on the last rank
+  /// only (pass an undefined tensor elsewhere). Gradients are accumulated into the parameters'
+  /// .grad as loss.backward() would; zero them and step the optimizer yourself. Returns the batch's
+  /// mean loss — loss_fn(output, target) must return a micro-batch's mean — on every rank.
+  template <class LossFn>
+  double train_step(const at::Tensor& inputs, const at::Tensor& targets, LossFn&& loss_fn) {
+    return executor_->train_step(inputs, targets, loss_fn);
+  }
+
+  /// Parameters of this rank's pieces, for the optimizer.
+  std::vector<at::Tensor> parameters() const {
+    std::vector<at::Tensor> params;
+    for (const auto& piece : executor_->pieces())
+      for (auto& p : piece.module->parameters()) params.push_back(p);
+    return params;
+  }
+
+  const std::vector<LocalPiece>& pieces() const { return executor_->pieces(); }
+  int rank() const { return executor_->comm().rank(); }
+  bool is_first() const { return rank() == 0; }
+  bool is_last() const { return rank() == stages - 1; }
+  const Communicator<Comm>& comm() const { return executor_->comm(); }
+
+  /// This rank's lowered table, as the executor runs it.
+  const std::vector<Action>& actions() const { return executor_->actions(); }
+  /// What the verifier predicts for this schedule and comm policy (unit costs unless set).
+  const VerifyResult& predicted() const { return plan_->figures; }
+  const Plan& plan() const { return *plan_; }
+  /// What the last train_step did on this rank: timed events, step time, activation memory.
+  const trace::RankTrace& last_trace() const { return executor_->last_trace(); }
+
+ private:
+  template <layered_model Model>
+  std::unique_ptr<detail::Executor<Comm>> make_executor(ProcessGroup group, const Model& model) {
+    if (group.size() != stages) {
+      std::string fix = group.size() % stages == 0
+                            ? "; for data parallelism over pipelines give each Pipeline its own "
+                              "pipeline group of " +
+                                  std::to_string(stages) + " ranks (a DP x PP mesh)"
+                            : "";
+      throw pipeline_error("mpp: " + name() + " has " + std::to_string(stages) +
+                           " stages but its process group has " + std::to_string(group.size()) +
+                           " ranks; launch " + std::to_string(stages) +
+                           " ranks (mpprun --nproc-per-node " + std::to_string(stages) + ")" + fix);
+    }
+    plan_ = make_plan(Sched::table(stages), Comm::semantics);
+    const int rank = group.rank();
+    auto pieces = build_local_pieces<Stages>(model, rank, chunks_per_rank);
+
+    detail::ExecutorConfig config;
+    config.pipeline_name = name();
+    config.schedule_name = schedule_display_name<Sched>();
+    config.ranks = stages;
+    config.chunks_per_rank = chunks_per_rank;
+    config.micro_batches = micro_batches;
+    config.recompute = recompute;
+    for (const auto& piece : pieces)
+      config.expected_inputs.push_back(
+          ActivationSpec{model.dtype(), model.input_shape(piece.layers.begin)});
+
+    const auto row = plan_->actions(rank);
+    std::vector<Action> actions(row.begin(), row.end());
+    bool split = false;
+    for (const auto& a : actions) split = split || a.op == Op::I || a.op == Op::W;
+
+    auto executor = std::make_unique<detail::Executor<Comm>>(Communicator<Comm>(std::move(group)),
+                                                             std::move(actions), std::move(pieces),
+                                                             std::move(config));
+    executor->set_split_backward(split);
+    return executor;
+  }
+
+  std::unique_ptr<Plan> plan_;
+  std::unique_ptr<detail::Executor<Comm>> executor_;
+};
+
+}  // namespace mpp

@@ -1,0 +1,60 @@
+#pragma once
+// Records a rank's events during a step: two clock reads and a push into a reserved vector per
+// action, so it is always on.
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "mpp/trace/event.hpp"
+
+namespace mpp::trace {
+
+class Recorder {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  void begin_step(int rank, std::size_t expected_events) {
+    trace_ = RankTrace{};
+    trace_.rank = rank;
+    trace_.events.reserve(expected_events);
+    start_ = clock::now();
+    trace_.start_us = std::chrono::duration<double, std::micro>(start_.time_since_epoch()).count();
+    held_bytes_ = 0;
+    in_flight_ = 0;
+  }
+
+  clock::time_point now() const { return clock::now(); }
+
+  void record(EventKind kind, Op op, int micro_batch, int chunk, int peer, clock::time_point begin,
+              clock::time_point end) {
+    trace_.events.push_back(
+        {kind, op, micro_batch, chunk, peer, since_start(begin), since_start(end)});
+  }
+
+  /// Activation accounting: bytes kept for a backward, and micro-batches in flight.
+  void hold(std::int64_t bytes) {
+    held_bytes_ += bytes;
+    if (held_bytes_ > trace_.peak_activation_bytes) trace_.peak_activation_bytes = held_bytes_;
+  }
+  void release(std::int64_t bytes) { held_bytes_ -= bytes; }
+  void enter_flight() {
+    if (++in_flight_ > trace_.peak_in_flight) trace_.peak_in_flight = in_flight_;
+  }
+  void leave_flight() { --in_flight_; }
+  std::int64_t held_bytes() const { return held_bytes_; }
+
+  void end_step() { trace_.step_us = since_start(clock::now()); }
+  const RankTrace& trace() const { return trace_; }
+
+ private:
+  double since_start(clock::time_point t) const {
+    return std::chrono::duration<double, std::micro>(t - start_).count();
+  }
+
+  RankTrace trace_;
+  clock::time_point start_{};
+  std::int64_t held_bytes_ = 0;
+  int in_flight_ = 0;
+};
+
+}  // namespace mpp::trace

@@ -1,0 +1,267 @@
+// Nothing hangs: a missing rank, a silent peer, a dead peer and a forgotten request each end
+// within their deadline with a message that names the operation and the peer.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "mpp/comm.hpp"
+#include "support/world.hpp"
+#include "support/worker.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+long long ms_since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// Parses "elapsed_ms=<n>" printed by a worker; -1 if absent.
+long long elapsed_printed(const std::string& output) {
+  auto at = output.find("elapsed_ms=");
+  return at == std::string::npos ? -1 : std::stoll(output.substr(at + 11));
+}
+
+mpp::test::WorldOptions with_deadlines(const char* init_s, const char* op_s) {
+  mpp::test::WorldOptions o;
+  o.timeout = 60s;
+  o.env = {{"MPP_INIT_TIMEOUT_S", init_s}, {"MPP_TIMEOUT_S", op_s}};
+  return o;
+}
+
+/// Runs `op`, expecting a CommError; prints what a test checks: kind, operation, peer, time.
+template <class Op>
+int expect_comm_error(Op op) {
+  const auto start = Clock::now();
+  try {
+    op();
+  } catch (const mpp::CommTimeout& e) {
+    std::printf("timeout op=%s peer=%d elapsed_ms=%lld\n%s\n", e.operation().c_str(), e.peer(),
+                ms_since(start), e.what());
+    return 0;
+  } catch (const mpp::CommError& e) {
+    std::printf("error op=%s peer=%d elapsed_ms=%lld\n%s\n", e.operation().c_str(), e.peer(),
+                ms_since(start), e.what());
+    return 0;
+  }
+  std::printf("no error\n");
+  return 1;
+}
+
+}  // namespace
+
+// Launched as 2 ranks of a WORLD_SIZE=3 job: rank 2 never comes.
+MPP_TEST_WORKER("comm_init_missing") {
+  torch::set_num_threads(1);
+  return expect_comm_error([] { mpp::init_process_group(); });
+}
+
+// Rank 0 never starts its store: rank 1 cannot reach it.
+MPP_TEST_WORKER("comm_init_no_rank0") {
+  if (std::getenv("RANK") == std::string("0")) return 0;
+  torch::set_num_threads(1);
+  return expect_comm_error([] { mpp::init_process_group(); });
+}
+
+MPP_TEST_WORKER("comm_init_env_error") {
+  try {
+    mpp::init_process_group();
+  } catch (const mpp::EnvironmentError& e) {
+    std::printf("variable=%s\n%s\n", e.variable().c_str(), e.what());
+    return 0;
+  }
+  return 1;
+}
+
+// Rank 0 waits on a recv (then on a barrier) that rank 1 never joins; rank 1 stays alive, silent.
+MPP_TEST_WORKER("comm_silent_peer") {
+  torch::set_num_threads(1);
+  auto world = mpp::init_process_group();
+  if (world.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(argv[argc - 1])));
+    return 0;
+  }
+  auto x = at::zeros({16});
+  if (std::string(argv[argc - 2]) == "recv") return expect_comm_error([&] { world.recv(x, 1, 7); });
+  return expect_comm_error([&] { world.barrier(); });
+}
+
+// Rank 1 exits right after init; rank 0's recv must fail fast (not at its deadline).
+MPP_TEST_WORKER("comm_dead_peer") {
+  torch::set_num_threads(1);
+  auto world = mpp::init_process_group();
+  if (world.rank() == 1) return 0;
+  auto x = at::zeros({16});
+  return expect_comm_error([&] { world.recv(x, 1, 0); });
+}
+
+// A Request that is dropped without wait() is waited by its destructor.
+MPP_TEST_WORKER("comm_dropped_request") {
+  torch::set_num_threads(1);
+  auto world = mpp::init_process_group();
+  if (world.rank() == 0) {
+    {
+      auto dropped = world.isend(at::full({1000}, 5.0), 1, 3);
+    }  // waits here until rank 1 has received
+    auto y = at::zeros({4});
+    world.recv(y, 1, 4);
+    if (!at::equal(y, at::full({4}, 9.0))) return 1;
+  } else {
+    std::this_thread::sleep_for(300ms);
+    auto x = at::zeros({1000});
+    world.recv(x, 0, 3);
+    if (!at::equal(x, at::full({1000}, 5.0))) return 1;
+    world.send(at::full({4}, 9.0), 0, 4);
+  }
+  return 0;
+}
+
+// A dropped receive that can never complete: the destructor's wait fails, and since a
+// destructor cannot throw, the process stops with the message.
+MPP_TEST_WORKER("comm_dropped_request_fails") {
+  torch::set_num_threads(1);
+  auto world = mpp::init_process_group();
+  if (world.rank() == 1) {
+    std::this_thread::sleep_for(4s);
+    return 0;
+  }
+  {
+    auto x = at::zeros({4});
+    auto never = world.irecv(x, 1, 5);
+  }
+  return 0;  // not reached
+}
+
+TEST_CASE("comm: init with a missing rank fails within its deadline and names the rank") {
+  auto options = with_deadlines("2", "30");
+  options.env.emplace_back("WORLD_SIZE", "3");
+  const auto start = Clock::now();
+  auto world = mpp::test::run_world(2, "comm_init_missing", options);
+  CHECK_MESSAGE(world.ok(), world.report());
+  CHECK(ms_since(start) < 20'000);
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(world.output(r));
+    CHECK(contains(world.output(r), "timeout op=init peer=2"));
+    CHECK(contains(world.output(r), "rank(s) [2] of WORLD_SIZE=3 never reached the rendezvous"));
+    CHECK(contains(world.output(r), "mpprun --nproc-per-node 3"));
+    const auto elapsed = elapsed_printed(world.output(r));
+    CHECK(elapsed >= 1'900);
+    CHECK(elapsed < 6'000);
+  }
+}
+
+TEST_CASE("comm: init without rank 0 fails within its deadline") {
+  auto world = mpp::test::run_world(2, "comm_init_no_rank0", with_deadlines("2", "30"));
+  CHECK_MESSAGE(world.ok(), world.report());
+  CAPTURE(world.output(1));
+  CHECK(contains(world.output(1), "timeout op=init peer=0"));
+  CHECK(contains(world.output(1), "could not reach the rendezvous store of rank 0"));
+  CHECK(elapsed_printed(world.output(1)) < 8'000);
+}
+
+TEST_CASE("comm: init outside a launcher names the missing variable") {
+  auto options = with_deadlines("2", "2");
+  options.env.emplace_back("RANK", "");  // the launcher's own variables cannot be unset
+  auto world = mpp::test::run_world(1, "comm_init_env_error", options);
+  CHECK_MESSAGE(world.ok(), world.report());
+  CHECK(contains(world.output(0), "variable=RANK"));
+  CHECK(contains(world.output(0), "mpprun --nproc-per-node"));
+}
+
+TEST_CASE("comm: rank 0 cannot serve the store on a taken port") {
+  // Hold a port open so that rank 0's store cannot listen on it.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  auto options = with_deadlines("3", "3");
+  options.master_port = ntohs(addr.sin_port);
+  auto world = mpp::test::run_world(2, "comm_init_missing", options);
+  ::close(fd);
+  CAPTURE(world.report());
+  CHECK(contains(world.output(0), "error op=init"));
+  CHECK(contains(world.output(0), "could not serve the rendezvous store on port"));
+  // Rank 1 reached the port holder, which never answers like a store: bounded all the same.
+  CHECK(contains(world.output(1), "timeout op=init peer=0"));
+  CHECK(contains(world.output(1), "got no answer from the rendezvous store"));
+  CHECK(elapsed_printed(world.output(1)) < 8'000);
+}
+
+TEST_CASE("comm: a wait on a silent peer times out naming the peer and the operation") {
+  auto options = with_deadlines("30", "1.5");
+  options.args = {"recv", "4000"};
+  auto world = mpp::test::run_world(2, "comm_silent_peer", options);
+  CHECK_MESSAGE(world.ok(), world.report());
+  const auto& out = world.output(0);
+  CAPTURE(out);
+  CHECK(contains(out, "timeout op=recv peer=1"));
+  CHECK(contains(out, "mpp: recv from rank 1 [tag 7, Float[16]] on rank 0 did not complete within 1500 ms"));
+  CHECK(elapsed_printed(out) >= 1'400);
+  CHECK(elapsed_printed(out) < 3'500);
+
+  options.args = {"barrier", "4000"};
+  world = mpp::test::run_world(2, "comm_silent_peer", options);
+  CHECK_MESSAGE(world.ok(), world.report());
+  CAPTURE(world.output(0));
+  CHECK(contains(world.output(0), "timeout op=barrier peer=-1"));
+  CHECK(contains(world.output(0), "has not joined this collective"));
+  CHECK(elapsed_printed(world.output(0)) < 3'500);
+}
+
+TEST_CASE("comm: a dead peer is reported at once, not at the deadline") {
+  auto options = with_deadlines("30", "20");
+  options.stop_all_on_failure = false;
+  auto world = mpp::test::run_world(2, "comm_dead_peer", options);
+  CHECK_MESSAGE(world.ok(), world.report());
+  const auto& out = world.output(0);
+  CAPTURE(out);
+  CHECK(contains(out, "op=recv peer=1"));
+  CHECK(contains(out, "recv from rank 1"));
+  CHECK(elapsed_printed(out) < 10'000);
+}
+
+TEST_CASE("comm: a dropped request is waited by its destructor") {
+  auto world = mpp::test::run_world(2, "comm_dropped_request", with_deadlines("30", "30"));
+  CHECK_MESSAGE(world.ok(), world.report());
+
+  world = mpp::test::run_world(2, "comm_dropped_request_fails", with_deadlines("30", "1"));
+  CAPTURE(world.report());
+  CHECK_FALSE(world.ok());
+  CHECK(world.exit_code(0) != 0);
+  CHECK(contains(world.output(0), "recv from rank 1 [tag 5"));
+  CHECK(contains(world.output(0), "destroyed without wait()"));
+}
+
+// The rendezvous store stays usable long after the init and op deadlines have passed (sub-groups
+// are created through it at any time).
+MPP_TEST_WORKER("comm_store_idle") {
+  torch::set_num_threads(1);
+  auto world = mpp::init_process_group();
+  std::this_thread::sleep_for(6s);  // longer than every deadline (store timeout = max of them)
+  auto pair = world.new_group({1, 0});
+  auto x = at::full({2}, 1.0 + world.rank());
+  pair.all_reduce(x);
+  return at::equal(x, at::full({2}, 3.0)) ? 0 : 1;
+}
+
+TEST_CASE("comm: the store outlives the deadlines") {
+  auto world = mpp::test::run_world(2, "comm_store_idle", with_deadlines("5", "1"));
+  CHECK_MESSAGE(world.ok(), world.report());
+}

@@ -1,0 +1,129 @@
+// mpp-schedule: a built-in schedule's (or an action CSV's) timeline and figures, as predicted by
+// the same constexpr verifier that static_asserts schedules.
+//
+//   mpp-schedule 1f1b --stages 4 --micro 8
+//   mpp-schedule interleaved -p 4 -m 8 -v 2 --comm blocking --svg il.svg --json il.json
+//   mpp-schedule zb-h1 -p 4 -m 8 --forward 1 --input-grad 1 --weight-grad 1
+//   mpp-schedule --import-csv torch_schedule.csv --comm async
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "mpp/schedule.hpp"
+
+namespace {
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("mpp-schedule: cannot write '" + path + "'");
+  out << text;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("mpp-schedule: cannot read '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Prints a pipeline schedule's timeline, bubble and memory as predicted by mpp's verifier."};
+  std::string schedule_name = "1f1b";
+  int ranks = 4, micro_batches = 8, chunks = 2;
+  std::string comm = "async";
+  mpp::Costs costs{};
+  std::string svg_path, json_path, csv_path, import_path, title;
+  bool show_table = false, quiet = false;
+  app.add_option("schedule", schedule_name, "naive, gpipe, 1f1b, interleaved, zb-h1")
+      ->capture_default_str();
+  app.add_option("-p,--stages", ranks, "pipeline ranks P")
+      ->capture_default_str()
+      ->check(CLI::Range(1, mpp::max_ranks));
+  app.add_option("-m,--micro", micro_batches, "micro-batches M")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("-v,--chunks", chunks, "chunks per rank V (interleaved only)")
+      ->capture_default_str();
+  app.add_option("--comm", comm, "async (buffered isend/irecv) or blocking (rendezvous send/recv)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"async", "blocking"}));
+  app.add_option("--forward", costs.forward, "T_F")->capture_default_str();
+  app.add_option("--backward", costs.backward, "T_B (full backward)")->capture_default_str();
+  app.add_option("--input-grad", costs.input_grad, "T_I (zero-bubble split)")
+      ->capture_default_str();
+  app.add_option("--weight-grad", costs.weight_grad, "T_W (zero-bubble split)")
+      ->capture_default_str();
+  app.add_option("--comm-cost", costs.comm, "T_comm per transfer")->capture_default_str();
+  app.add_option("--svg", svg_path, "write the timeline as SVG");
+  app.add_option("--json", json_path, "write the simulated run as Chrome trace JSON");
+  app.add_option("--csv", csv_path,
+                 "write the lowered tables in torch.distributed.pipelining's action CSV format");
+  app.add_option("--import-csv", import_path,
+                 "verify tables read from an action CSV (one line per rank) instead");
+  app.add_option("--title", title, "SVG title (default: the schedule and its knobs)");
+  app.add_flag("--table", show_table, "print each rank's lowered actions");
+  app.add_flag("-q,--quiet", quiet, "do not print the ASCII timeline");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const mpp::CommSemantics semantics =
+        comm == "blocking" ? mpp::CommSemantics::rendezvous : mpp::CommSemantics::buffered;
+    auto compute = std::make_unique<mpp::ScheduleTable>();
+    std::string label;
+    if (!import_path.empty()) {
+      mpp::table_from_action_csv(*compute, read_file(import_path), semantics);
+      label = import_path;
+    } else {
+      mpp::ScheduleKind kind{};
+      if (!mpp::parse_schedule_kind(schedule_name, kind)) {
+        std::cerr << "mpp-schedule: unknown schedule '" << schedule_name
+                  << "'; use naive, gpipe, 1f1b, interleaved or zb-h1\n";
+        return 2;
+      }
+      const int m = kind == mpp::ScheduleKind::naive ? 1 : micro_batches;
+      const int v = kind == mpp::ScheduleKind::interleaved_1f1b ? chunks : 1;
+      mpp::generate_into(*compute, mpp::ScheduleSpec{kind, m, v}, ranks);
+      label = std::string(mpp::name_of(kind));
+      if (kind != mpp::ScheduleKind::naive)
+        label += "<" + std::to_string(m) + (v > 1 ? ", " + std::to_string(v) : "") + ">";
+      label += " on " + std::to_string(ranks) + " ranks";
+    }
+    label += comm == "blocking" ? ", Blocking" : ", Async";
+    auto plan = std::make_unique<mpp::Plan>();
+    mpp::plan_into(*plan, *compute, semantics, costs);
+    if (!plan->figures.ok) {
+      std::cerr << plan->figures.message.view() << '\n';
+      return 1;
+    }
+    const auto events = mpp::simulate_events(plan->table, semantics, costs);
+    const std::string figures = mpp::describe_figures(plan->figures);
+    std::cout << label << "  (T_F=" << costs.forward << " T_B=" << costs.backward
+              << " T_I=" << costs.input_grad << " T_W=" << costs.weight_grad
+              << " T_comm=" << costs.comm << ")\n";
+    if (!quiet) std::cout << mpp::render_ascii(events);
+    std::cout << figures << '\n';
+    if (show_table)
+      for (int r = 0; r < plan->ranks(); ++r) {
+        std::cout << "rank " << r << ':';
+        for (const mpp::Action& a : plan->actions(r)) std::cout << ' ' << mpp::to_action_string(a);
+        std::cout << '\n';
+      }
+    if (!svg_path.empty())
+      write_file(svg_path, mpp::render_svg(events, {title.empty() ? label : title, figures}));
+    if (!json_path.empty()) write_file(json_path, mpp::render_chrome_trace(events));
+    if (!csv_path.empty()) write_file(csv_path, mpp::to_action_csv(plan->table));
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}
