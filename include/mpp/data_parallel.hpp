@@ -3,6 +3,7 @@
 #include "mpp/data_parallel/bucketed_gradients.hpp"
 #include "mpp/data_parallel/buckets.hpp"
 #include "mpp/data_parallel/ddp.hpp"
+#include "mpp/data_parallel/hybrid.hpp"
 #include "mpp/data_parallel/mesh.hpp"
 #include "mpp/data_parallel/naive_dp.hpp"
 #include "mpp/data_parallel/replicas.hpp"

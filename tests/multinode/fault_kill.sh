@@ -53,7 +53,7 @@ awk -v t="$took0" -v d="$deadline" 'BEGIN { exit !(t < d + 5) }' ||
 # Node 0's ranks say which peer is gone (the first of them to fail ended node 0's run).
 first=$(first_failure "$work/node0.err")
 [[ -n "$first" ]] || fail "node 0's mpprun printed no summary"
-named=$(grep -aE '^\[rank[01]\]: mpp: ' "$work/node0.err" | grep -aE 'rank 2\b' | head -n 2 || true)
+named=$(grep -aE '^\[rank[01]\]: mpp: ' "$work/node0.err" | grep -aE 'rank 2\b|rank\(s\) \[([0-9]+, )*2[],]' | head -n 2 || true)
 if [[ $names_peer -eq 1 ]]; then
   [[ -n "$named" ]] || { grep -a 'mpp:' "$work/node0.err" | tail -n 5; fail "no rank of node 0 named the dead peer, rank 2"; }
   echo "$named"

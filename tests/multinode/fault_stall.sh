@@ -25,7 +25,7 @@ first=$(first_failure "$work/err")
 [[ -n "$first" && "$first" != 2 ]] || fail "mpprun's summary should name a peer of rank 2 as the first failure (got '$first')"
 # Waits form a chain (rank 0 waits on 1, which waits on 2): the neighbours of the stalled rank
 # name it; a rank further away may time out first and names the neighbour it waited on.
-named=$(grep -aE '^\[rank[0-9]+\]: mpp: ' "$work/err" | grep -aiE 'time|deadline' | grep -aE 'rank 2\b' | head -n 2 || true)
+named=$(grep -aE '^\[rank[0-9]+\]: mpp: ' "$work/err" | grep -aiE 'time|deadline' | grep -aE 'rank 2\b|rank\(s\) \[([0-9]+, )*2[],]' | head -n 2 || true)
 if [[ $names_peer -eq 1 ]]; then
   [[ -n "$named" ]] || { grep -a 'mpp:' "$work/err" | tail -n 5; fail "no rank's timeout error names the stalled rank 2"; }
   echo "$named"

@@ -5,6 +5,9 @@
 #  2. Where the store listens is reported (ss); with MPP_EXPECT_STORE_LOOPBACK=1 it must be
 #     loopback only.
 source "$(dirname "$0")/lib.sh"
+help=$("$MPPRUN" --help 2>&1 || true)
+grep -qi 'unauthenticated' <<<"$help" || fail "mpprun --help does not say that the rendezvous store is unauthenticated"
+pass "mpprun --help says the store is unauthenticated"
 args=(--mode ddp --steps 12 --step-ms 250)
 ref=$(reference_loss 2 "${args[@]}")
 port=$(free_port)
@@ -37,5 +40,8 @@ if [[ "${MPP_EXPECT_STORE_LOOPBACK:-0}" == 1 ]]; then
   done
   pass "store listens on loopback only ($listen)"
 else
+  if grep -qi 'loopback' <<<"$help" && [[ "$listen" != *127.* ]]; then
+    echo "NOTE: mpprun --help speaks of loopback, but the store listens on $listen"
+  fi
   echo "NOTE: store bind address not asserted ($listen); LibTorch 1.13's TCPStore listens on every interface"
 fi

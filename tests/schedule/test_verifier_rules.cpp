@@ -20,6 +20,7 @@ static_assert(schedule<Good>);
 static_assert(Good::micro_batches == 2 && Good::ranks == 2);
 static_assert(verify<Good, Blocking<Gloo>>(2).ok);
 static_assert(verify<Good, Async<Gloo>>(2).ok);
+static_assert(verify<Good, Blocking<Gloo>>(2).makespan == 9);  // quoted in docs/schedules.md
 
 // ZB-style split backward, hand-written.
 inline constexpr Action split_rows[2][6] = {{F(0), F(1), I(0), I(1), W(0), W(1)},

@@ -9,6 +9,13 @@
 // docs/figures/benchmarks/raw/; `render` reads that directory and writes the markdown and the SVGs.
 // A hand-written section of docs/benchmarks.md (between <!-- hand-written --> and
 // <!-- /hand-written -->) is kept verbatim.
+// GCC 12 reports false -Wrestrict/-Wstringop-overflow inside std::string's operator+ at -O3
+// (GCC bug 105651); the concatenations here are ordinary.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wrestrict"
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+
 #include <dlfcn.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -80,6 +87,10 @@ std::string trim(std::string s) {
 }
 
 std::string shell_quote(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./:=,+@%", c);
+  });
+  if (plain) return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
@@ -96,7 +107,7 @@ RunResult run(const std::string& command, int timeout_s) {
   RunResult r;
   const auto start = std::chrono::steady_clock::now();
   const std::string line =
-      "timeout --kill-after=10 " + std::to_string(timeout_s) + " sh -c " + shell_quote(command + " 2>&1") + " 2>&1";
+      "timeout --kill-after=10 " + std::to_string(timeout_s) + " sh -c " + shell_quote("{ " + command + "; } 2>&1") + " 2>&1";
   FILE* pipe = ::popen(line.c_str(), "r");
   if (!pipe) throw std::runtime_error("bench-report: cannot start: " + command);
   char buffer[4096];
@@ -180,8 +191,26 @@ bool is_benchmark_binary(const fs::directory_entry& e) {
 
 std::string raw_name(const std::string& group, const std::string& binary) { return group + "__" + binary; }
 
+// What to run, from tools/bench-report/report.json (see the comments there): how many ranks each
+// binary needs (run through mpprun), and which reference runs stand next to which benchmark.
+json load_config(const fs::path& source_dir) {
+  const fs::path p = source_dir / "tools" / "bench-report" / "report.json";
+  if (!fs::exists(p)) return json::object();
+  json j = json::parse(read_file(p), nullptr, true, /*ignore_comments=*/true);
+  if (j.is_discarded()) throw std::runtime_error("bench-report: " + p.string() + " is not valid JSON");
+  return j;
+}
+
+std::string substitute(std::string s, const fs::path& build_dir) {
+  const std::string key = "{build}";
+  for (auto at = s.find(key); at != std::string::npos; at = s.find(key))
+    s.replace(at, key.size(), build_dir.string());
+  return s;
+}
+
 json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::path& raw_dir,
              const std::string& min_time, const std::string& filter, bool with_python, int timeout_s) {
+  const json config = load_config(source_dir);
   json run_info;
   run_info["machine"] = describe_machine();
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -190,6 +219,13 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
   run_info["date"] = date.str();
   const auto commit = run("git -C " + shell_quote(source_dir.string()) + " log -1 --format='%h, %cd' --date=short", 30);
   run_info["commit"] = commit.status == 0 ? trim(commit.output) : "unknown";
+  const auto load = [] {
+    std::ifstream in("/proc/loadavg");
+    double one = 0;
+    in >> one;
+    return one;
+  };
+  run_info["load_before"] = load();
   run_info["min_time"] = min_time;
   run_info["filter"] = filter;
   run_info["binaries"] = json::array();
@@ -199,6 +235,7 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
   fs::remove_all(raw_dir);
   fs::create_directories(raw_dir);
   const std::string env = "env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ";
+  const fs::path mpprun = build_dir / "tools" / "mpprun" / "mpprun";
 
   for (const auto& group : groups) {
     const fs::path dir = build_dir / "benchmarks" / group.folder;
@@ -217,58 +254,126 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
     }
     for (const auto& binary : binaries) {
       const std::string name = binary.filename().string();
+      const json settings = config.value("binaries", json::object()).value(name, json::object());
+      const int ranks = settings.value("ranks", 1);
       const fs::path out_json = raw_dir / (raw_name(group.folder, name) + ".json");
-      std::string command = env + shell_quote(binary.string()) + " --benchmark_format=json --benchmark_out=" +
-                            shell_quote(out_json.string()) + " --benchmark_out_format=json";
+      const fs::path logs = raw_dir / (raw_name(group.folder, name) + "_logs");
+      const fs::path err = raw_dir / (raw_name(group.folder, name) + ".stderr");
+      // Every binary goes through mpprun when it is built: it sets the torchrun variables a
+      // benchmark's init_process_group() reads, even for one rank. The JSON is the console output
+      // of rank 0 (--benchmark_format=json), read from mpprun's per-rank log: a shared
+      // --benchmark_out file would be opened, and truncated, by every rank.
+      const bool launched = fs::exists(mpprun);
+      std::string command = env;
+      if (launched)
+        command += shell_quote(mpprun.string()) + " --nproc-per-node " + std::to_string(ranks) + " --log-dir " +
+                   shell_quote(logs.string()) + " ";
+      else if (ranks > 1)
+        command += "false mpprun-is-not-built ";
+      // --benchmark_out as well, because a binary whose other ranks pass a silent file reporter
+      // needs it (Google Benchmark refuses a file reporter without it); its content is not used.
+      command += shell_quote(binary.string()) + " --benchmark_format=json --benchmark_out=" +
+                 shell_quote((raw_dir / (raw_name(group.folder, name) + ".out_ignored.json")).string()) +
+                 " --benchmark_out_format=json";
       if (!min_time.empty()) command += " --benchmark_min_time=" + min_time;
       if (!filter.empty()) command += " --benchmark_filter=" + shell_quote(filter);
-      std::cerr << "bench-report: running " << binary.string() << " ..." << std::flush;
+      for (const auto& a : settings.value("args", json::array())) command += " " + shell_quote(a.get<std::string>());
+      command += " 2>" + shell_quote(err.string());
+      std::cerr << "bench-report: running " << name << " on " << ranks << " rank(s) ..." << std::flush;
       const auto r = run(command, timeout_s);
       std::cerr << " " << std::fixed << std::setprecision(0) << r.seconds << " s, exit " << r.status << "\n";
+      const std::string stdout_text = launched && fs::exists(logs / "rank_0" / "stdout.log")
+                                          ? read_file(logs / "rank_0" / "stdout.log")
+                                          : r.output;
+      const std::string stderr_text = fs::exists(err) ? read_file(err) : std::string();
+      // Google Benchmark's JSON starts at the first line that begins with "{"; what comes before
+      // is the binary's own report (the BLAS line).
+      std::string json_text;
+      const auto at = stdout_text.rfind('{', 0) == 0                      ? 0
+                      : stdout_text.find("\n{") != std::string::npos ? stdout_text.find("\n{") + 1
+                                                                     : std::string::npos;
+      if (at != std::string::npos) json_text = stdout_text.substr(at);
+      const bool parsed = !json_text.empty() && !json::parse(json_text, nullptr, false).is_discarded();
+      if (parsed) write_file(out_json, json_text);
       json entry{{"group", group.folder},
                  {"binary", name},
+                 {"ranks", ranks},
                  {"path", fs::relative(binary, build_dir).string()},
                  {"status", r.status},
                  {"seconds", r.seconds},
-                 {"blas", first_line_with(r.output, "BLAS:")},
+                 {"blas", first_line_with(stdout_text.substr(0, at == std::string::npos ? stdout_text.size() : at), "BLAS:")},
                  {"raw", out_json.filename().string()}};
-      if (r.status != 0 || !fs::exists(out_json)) {
-        entry["failure"] = last_lines(r.output, 15);
-        std::cerr << "bench-report: " << name << " failed (exit " << r.status << "):\n" << last_lines(r.output, 15);
+      if (!settings.value("note", "").empty()) entry["note"] = settings.value("note", "");
+      if (r.status != 0 || !parsed) {
+        entry["failure"] = last_lines(r.output + stderr_text, 15);
+        if (!launched && ranks > 1) entry["failure"] = "mpprun is not built: build the mpprun target\n";
+        if (r.status == 0 && !parsed) entry["failure"] = "no Google Benchmark JSON on rank 0's stdout\n" + last_lines(stdout_text, 10);
+        std::cerr << "bench-report: " << name << " failed (exit " << r.status << "):\n" << entry["failure"].get<std::string>();
       }
-      write_file(raw_dir / (raw_name(group.folder, name) + ".log"), r.output);
+      write_file(raw_dir / (raw_name(group.folder, name) + ".log"), r.output + stderr_text);
       run_info["binaries"].push_back(entry);
     }
 
-    // The PyTorch references of this group: benchmarks/reference/<prefix>*.py.
-    const fs::path refs = source_dir / "benchmarks" / "reference";
-    std::vector<fs::path> scripts;
-    if (fs::is_directory(refs))
-      for (const auto& e : fs::directory_iterator(refs))
-        if (e.path().extension() == ".py" && e.path().filename().string().rfind(group.reference_prefix, 0) == 0)
-          scripts.push_back(e.path());
-    std::sort(scripts.begin(), scripts.end());
-    for (const auto& script : scripts) {
-      const std::string name = script.filename().string();
-      json entry{{"group", group.folder}, {"script", name}};
-      if (!with_python) {
+    // The PyTorch reference runs of this group, as listed in the config.
+    int index = 0;
+    for (const auto& ref : config.value("references", json::array())) {
+      if (ref.value("group", "") != group.folder) continue;
+      const std::string script = ref.value("script", "");
+      const fs::path path = source_dir / "benchmarks" / "reference" / script;
+      json entry{{"group", group.folder}, {"script", script}, {"compare_with", ref.value("compare_with", "")}};
+      std::string args;
+      for (const auto& a : ref.value("args", json::array())) args += " " + shell_quote(substitute(a.get<std::string>(), build_dir));
+      entry["args"] = trim(args);
+      if (!fs::exists(path)) {
+        entry["skipped"] = "benchmarks/reference/" + script + " is not in this tree";
+      } else if (!with_python) {
         entry["skipped"] = "--no-python";
-        run_info["references"].push_back(entry);
-        continue;
+      } else {
+        // A reference that is a rank of a world (ranks > 1) is started by mpprun like the binaries;
+        // its measurements are what rank 0 prints.
+        const int ranks = ref.value("ranks", 1);
+        entry["ranks"] = ranks;
+        const std::string raw = raw_name(group.folder, script) + "_" + std::to_string(index++);
+        const fs::path logs = raw_dir / (raw + "_logs");
+        std::string launcher;
+        if (ranks > 1)
+          launcher = fs::exists(mpprun) ? shell_quote(mpprun.string()) + " --nproc-per-node " + std::to_string(ranks) +
+                                              " --log-dir " + shell_quote(logs.string()) + " "
+                                        : "false mpprun-is-not-built ";
+        std::cerr << "bench-report: running " << script << args << " on " << ranks << " rank(s) ..." << std::flush;
+        const auto r = run("cd " + shell_quote(source_dir.string()) + " && " + env + launcher + "/usr/bin/python3 " +
+                               shell_quote(path.string()) + args,
+                           timeout_s);
+        std::cerr << " " << std::fixed << std::setprecision(0) << r.seconds << " s, exit " << r.status << "\n";
+        entry["status"] = r.status;
+        entry["seconds"] = r.seconds;
+        entry["raw"] = raw + ".log";
+        if (r.status != 0) entry["failure"] = last_lines(r.output, 15);
+        const bool from_log = ranks > 1 && fs::exists(logs / "rank_0" / "stdout.log");
+        write_file(raw_dir / entry["raw"].get<std::string>(), from_log ? read_file(logs / "rank_0" / "stdout.log") : r.output);
       }
-      std::cerr << "bench-report: running /usr/bin/python3 " << script.string() << " ..." << std::flush;
-      const auto r = run("cd " + shell_quote(source_dir.string()) + " && " + env + "/usr/bin/python3 " +
-                             shell_quote(script.string()),
-                         timeout_s);
-      std::cerr << " " << std::fixed << std::setprecision(0) << r.seconds << " s, exit " << r.status << "\n";
-      entry["status"] = r.status;
-      entry["seconds"] = r.seconds;
-      entry["raw"] = raw_name(group.folder, name) + ".log";
-      if (r.status != 0) entry["failure"] = last_lines(r.output, 15);
-      write_file(raw_dir / entry["raw"].get<std::string>(), r.output);
+      if (entry.contains("skipped")) std::cerr << "bench-report: not running " << script << ": " << entry["skipped"].get<std::string>() << "\n";
       run_info["references"].push_back(entry);
     }
   }
+  // Scripts the config does not run, said aloud.
+  const fs::path refs = source_dir / "benchmarks" / "reference";
+  if (fs::is_directory(refs)) {
+    std::set<std::string> listed;
+    for (const auto& ref : config.value("references", json::array())) listed.insert(ref.value("script", ""));
+    const json not_run = config.value("not_run", json::object());
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(refs))
+      if (e.path().extension() == ".py") names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names)
+      if (!listed.count(n)) {
+        const std::string why = not_run.value(n, "not listed in tools/bench-report/report.json");
+        run_info["unlisted_references"].push_back({{"script", n}, {"why", why}});
+        std::cerr << "bench-report: not running benchmarks/reference/" << n << ": " << why << "\n";
+      }
+  }
+  run_info["load_after"] = load();
   write_file(raw_dir / "run.json", run_info.dump(2) + "\n");
   return run_info;
 }
@@ -314,9 +419,11 @@ std::vector<Row> rows_of(const json& doc) {
   return rows;
 }
 
-// A reference script prints one JSON object per line for each measurement:
-//   {"name": "GPipe<8>/2 ranks", "items_per_second": 1234.5, "compare_with": "<mpp benchmark name>", ...}
-// Other lines are its log. Every numeric field besides items_per_second is shown as a counter.
+// A reference run prints one line per measurement, either
+//   RESULT <name> <samples per second>
+// or one JSON object:
+//   {"name": "GPipe<8>/2 ranks", "items_per_second": 1234.5, "compare_with": "<mpp benchmark>", ...}
+// Other lines are its log. Every other numeric JSON field is shown as a counter.
 struct ReferenceRow {
   std::string name;
   double items_per_second = NAN;
@@ -330,16 +437,32 @@ std::vector<ReferenceRow> reference_rows(const std::string& output) {
   std::string line;
   while (std::getline(in, line)) {
     line = trim(line);
+    if (line.rfind("RESULT ", 0) == 0) {
+      std::istringstream fields(line.substr(7));
+      ReferenceRow r;
+      std::string value;
+      if (fields >> r.name >> value) {
+        char* end = nullptr;
+        r.items_per_second = std::strtod(value.c_str(), &end);
+        if (end && *end == '\0') rows.push_back(r);
+      }
+      continue;
+    }
     if (line.empty() || line.front() != '{') continue;
     const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("name")) continue;
+    if (j.is_discarded() || !j.is_object()) continue;
+    // "name" or "config" names the measurement; "items_per_second" or "samples_per_second" is it.
+    const char* name_key = j.contains("name") ? "name" : j.contains("config") ? "config" : nullptr;
+    const char* rate_key = j.contains("items_per_second")     ? "items_per_second"
+                           : j.contains("samples_per_second") ? "samples_per_second"
+                                                              : nullptr;
+    if (!name_key || !rate_key || !j[rate_key].is_number()) continue;
     ReferenceRow r;
-    r.name = j["name"].is_string() ? j["name"].get<std::string>() : j["name"].dump();
-    if (j.contains("items_per_second") && j["items_per_second"].is_number())
-      r.items_per_second = j["items_per_second"].get<double>();
+    r.name = j[name_key].is_string() ? j[name_key].get<std::string>() : j[name_key].dump();
+    r.items_per_second = j[rate_key].get<double>();
     r.compare_with = j.value("compare_with", "");
     for (const auto& [key, value] : j.items())
-      if (key != "items_per_second" && value.is_number()) r.counters[key] = value.get<double>();
+      if (key != rate_key && value.is_number()) r.counters[key] = value.get<double>();
     rows.push_back(r);
   }
   return rows;
@@ -372,6 +495,14 @@ std::string time_text(double t, const std::string& unit) {
   else if (ns >= 1e3) s << ns / 1e3 << " µs";
   else s << ns << " ns";
   return s.str();
+}
+
+// Google Benchmark appends the run settings to a name; the tables and plots leave them out.
+std::string display_name(std::string name) {
+  for (const std::string suffix : {"/real_time", "/process_time", "/manual_time"})
+    if (name.size() > suffix.size() && name.ends_with(suffix)) name.resize(name.size() - suffix.size());
+  static const std::regex iterations("/iterations:[0-9]+$");
+  return std::regex_replace(name, iterations, "");
 }
 
 std::string md_escape(std::string s) {
@@ -490,6 +621,10 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
   md << "| BLAS | " << md_escape(m.value("blas", "?")) << " |\n";
   md << "| threads | every binary and script runs with `OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1`; "
         "each rank is one process with one intra-op thread |\n";
+  if (info.contains("load_before"))
+    md << "| load average | " << number(info.value("load_before", 0.0)) << " when the run started, "
+       << number(info.value("load_after", 0.0)) << " when it ended (on " << m.value("cores", 0)
+       << " cores; other work on the machine slows the figures down) |\n";
   md << "| PyTorch reference | " << m.value("python", "?") << ", torch " << m.value("python_torch", "?") << " |\n";
   std::string gb_note = "defaults";
   if (!info.value("min_time", "").empty()) gb_note = "`--benchmark_min_time=" + info.value("min_time", "") + "`";
@@ -508,8 +643,10 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
     std::vector<std::pair<std::string, ReferenceRow>> references;  // (script, row)
     for (const auto& r : info["references"]) {
       if (r.value("group", "") != group.folder || !r.contains("raw")) continue;
-      for (auto& row : reference_rows(read_file(raw_dir / r.value("raw", ""))))
+      for (auto& row : reference_rows(read_file(raw_dir / r.value("raw", "")))) {
+        if (row.compare_with.empty()) row.compare_with = r.value("compare_with", "");
         references.emplace_back(r.value("script", ""), row);
+      }
     }
 
     for (const auto& b : info["binaries"]) {
@@ -517,9 +654,11 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       any = true;
       const std::string binary = b.value("binary", "");
       md << "### `" << binary << "`\n\n";
-      md << "`" << b.value("path", "") << "`";
-      if (!b.value("blas", "").empty()) md << " reported: `" << b.value("blas", "") << "`";
-      md << ".\n\n";
+      md << "`" << b.value("path", "") << "` on " << b.value("ranks", 1) << " rank(s)";
+      if (!b.value("blas", "").empty()) md << "; it reported `" << b.value("blas", "") << "`";
+      md << ".";
+      if (!b.value("note", "").empty()) md << " " << b.value("note", "");
+      md << "\n\n";
       if (b.contains("failure")) {
         md << "**This binary failed** (exit " << b.value("status", -1) << "); its last lines:\n\n```\n"
            << b.value("failure", "") << "```\n\n";
@@ -542,10 +681,13 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
           if (std::find(counter_names.begin(), counter_names.end(), k) == counter_names.end())
             counter_names.push_back(k);
 
-      // Matching reference (exact name, else the longest mpp name the reference's compare_with starts).
+      // The reference of a benchmark: compare_with equal to its name, or a prefix of it ending at a
+      // '/' (so "DDP<Async<Gloo>>/course/bucket_mb:25" matches ".../bucket_mb:25/iterations:300").
       auto reference_for = [&](const std::string& name) -> const ReferenceRow* {
         for (const auto& [script, ref] : references)
-          if (ref.compare_with == name) return &ref;
+          if (!ref.compare_with.empty() && name.rfind(ref.compare_with, 0) == 0 &&
+              (name.size() == ref.compare_with.size() || name[ref.compare_with.size()] == '/'))
+            return &ref;
         return nullptr;
       };
       bool has_reference = false;
@@ -556,7 +698,7 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       Series mpp_series{"mpp", "#3465a4", {}};
       Series ref_series{"PyTorch reference", "#f57900", {}};
       for (const auto& r : rows) {
-        labels.push_back(r.name);
+        labels.push_back(display_name(r.name));
         mpp_series.values.push_back(r.items_per_second);
         const auto* ref = reference_for(r.name);
         ref_series.values.push_back(ref ? ref->items_per_second : NAN);
@@ -595,7 +737,7 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       if (has_reference) md << "|---:|---:";
       md << "|\n";
       for (const auto& r : rows) {
-        md << "| `" << md_escape(r.name) << "` | " << (r.error.empty() ? time_text(r.real_time, r.time_unit) : "error: " + md_escape(r.error))
+        md << "| `" << md_escape(display_name(r.name)) << "` | " << (r.error.empty() ? time_text(r.real_time, r.time_unit) : "error: " + md_escape(r.error))
            << " | " << number(r.items_per_second);
         for (const auto& c : counter_names) md << " | " << (r.counters.count(c) ? number(r.counters.at(c)) : "–");
         if (has_reference) {
@@ -610,51 +752,55 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       md << "\n";
     }
 
-    // Every reference script of the group, with all it measured (matched or not).
+    // Every reference run of the group, with all it measured (matched or not), in one table.
+    bool header = false;
     for (const auto& r : info["references"]) {
       if (r.value("group", "") != group.folder) continue;
       any = true;
-      md << "### PyTorch reference `benchmarks/reference/" << r.value("script", "") << "`\n\n";
+      if (!header) {
+        md << "### PyTorch references\n\n"
+           << "Each run is `/usr/bin/python3 benchmarks/reference/<script> <arguments>`; its figure also "
+              "stands in the row of the mpp benchmark it is next to, above.\n\n"
+           << "| script and arguments | measurement | samples/s | next to |\n|---|---|---:|---|\n";
+        header = true;
+      }
+      const std::string run_line = "`" + r.value("script", "") + (r.value("args", "").empty() ? "" : " ") +
+                                   md_escape(r.value("args", "")) + "`";
       if (r.contains("skipped")) {
-        md << "Not run (" << r.value("skipped", "") << ").\n\n";
+        md << "| " << run_line << " | not run: " << md_escape(r.value("skipped", "")) << " | – | – |\n";
         continue;
       }
-      if (r.contains("failure"))
-        md << "**This script failed** (exit " << r.value("status", -1) << "); its last lines:\n\n```\n"
-           << r.value("failure", "") << "```\n\n";
       const auto rows = reference_rows(read_file(raw_dir / r.value("raw", "")));
-      if (rows.empty()) {
-        md << "It printed no measurement line (one JSON object per line with `name` and "
-              "`items_per_second`).\n\n";
-        continue;
+      if (r.contains("failure") || rows.empty()) {
+        std::string last = r.value("failure", "");
+        std::replace(last.begin(), last.end(), '\n', ' ');
+        md << "| " << run_line << " | **failed** (exit " << r.value("status", -1) << ")"
+           << (rows.empty() ? ", no `RESULT <name> <samples/s>` line" : "") << ": " << md_escape(trim(last))
+           << " | – | – |\n";
+        if (rows.empty()) continue;
       }
-      std::vector<std::string> counter_names;
-      for (const auto& row : rows)
-        for (const auto& [k, v] : row.counters)
-          if (std::find(counter_names.begin(), counter_names.end(), k) == counter_names.end())
-            counter_names.push_back(k);
-      md << "| measurement | samples/s | compared with";
-      for (const auto& c : counter_names) md << " | " << md_escape(c);
-      md << " |\n|---|---:|---";
-      for (size_t i = 0; i < counter_names.size(); ++i) md << "|---:";
-      md << "|\n";
       for (const auto& row : rows) {
-        md << "| " << md_escape(row.name) << " | " << number(row.items_per_second) << " | "
-           << (row.compare_with.empty() ? "–" : "`" + md_escape(row.compare_with) + "`");
-        for (const auto& c : counter_names) md << " | " << (row.counters.count(c) ? number(row.counters.at(c)) : "–");
-        md << " |\n";
+        const std::string next_to = row.compare_with.empty() ? r.value("compare_with", "") : row.compare_with;
+        md << "| " << run_line << " | " << md_escape(row.name) << " | " << number(row.items_per_second) << " | "
+           << (next_to.empty() ? "–" : "`" + md_escape(next_to) + "`") << " |\n";
       }
-      md << "\n";
     }
+    if (header) md << "\n";
     if (!any && info["skipped"].empty()) md << "Nothing was measured for this group.\n\n";
   }
+  if (info.contains("unlisted_references") && !info["unlisted_references"].empty()) {
+    md << "## Reference scripts not run\n\n";
+    for (const auto& u : info["unlisted_references"])
+      md << "- `benchmarks/reference/" << u.value("script", "") << "`: " << u.value("why", "") << "\n";
+    md << "\n";
+  }
   md << "## How to reproduce\n\n```sh\ncmake --preset release && cmake --build --preset release\n" << command
-     << "\n```\n\nThe tool runs every executable under `build/<preset>/benchmarks/{comm,pipeline,data_parallel}/`"
-        " with `--benchmark_format=json`, then every `benchmarks/reference/*.py` with `/usr/bin/python3` "
-        "(`pipeline*` next to the pipeline binaries, `ddp*` next to data parallelism). A reference script prints "
-        "one JSON object per measurement line: `name`, `items_per_second` and, to sit in the same row as an mpp "
-        "benchmark, `compare_with` set to that benchmark's name. Groups without a binary are listed as skipped, "
-        "not left out silently.\n";
+     << "\n```\n\nThe tool runs every executable under `build/<preset>/benchmarks/{comm,pipeline,data_parallel}/` "
+        "through `mpprun` (with the number of ranks `tools/bench-report/report.json` gives it, 1 otherwise) and "
+        "reads the JSON rank 0 writes with `--benchmark_out`; then it runs the PyTorch reference runs that file "
+        "lists with `/usr/bin/python3`, each next to the mpp benchmark it names (`compare_with`). A reference "
+        "prints `RESULT <name> <samples/s>` or one JSON object per measurement. Groups without a binary and "
+        "scripts not run are listed, not left out silently.\n";
   write_file(report, md.str());
 }
 

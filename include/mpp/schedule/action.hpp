@@ -27,23 +27,13 @@ constexpr std::string_view to_string(Op op) {
 constexpr bool is_compute(Op op) {
   return op == Op::F || op == Op::B || op == Op::I || op == Op::W;
 }
-constexpr bool is_comm(Op op) {
-  return !is_compute(op);
-}
-constexpr bool is_send(Op op) {
-  return op == Op::SEND_F || op == Op::SEND_B;
-}
-constexpr bool is_recv(Op op) {
-  return op == Op::RECV_F || op == Op::RECV_B;
-}
+constexpr bool is_comm(Op op) { return !is_compute(op); }
+constexpr bool is_send(Op op) { return op == Op::SEND_F || op == Op::SEND_B; }
+constexpr bool is_recv(Op op) { return op == Op::RECV_F || op == Op::RECV_B; }
 /// B or I: the op that produces the gradient sent to the previous stage.
-constexpr bool is_backward(Op op) {
-  return op == Op::B || op == Op::I;
-}
+constexpr bool is_backward(Op op) { return op == Op::B || op == Op::I; }
 /// Communication that carries activations (F) rather than gradients (B).
-constexpr bool carries_activation(Op op) {
-  return op == Op::SEND_F || op == Op::RECV_F;
-}
+constexpr bool carries_activation(Op op) { return op == Op::SEND_F || op == Op::RECV_F; }
 
 /// One step of a rank's table.
 /// `chunk` is the local model chunk on the rank; `stage` is the global stage it computes or
@@ -64,18 +54,10 @@ struct Action {
 /// Shorthands for hand-written tables: `using namespace mpp::actions; { F(0), F(1), B(0), B(1) }`.
 /// The stage and peer are filled in from the row (rank) and the chunk when the table is built.
 namespace actions {
-constexpr Action F(int micro_batch, int chunk = 0) {
-  return {Op::F, micro_batch, chunk, -1, -1};
-}
-constexpr Action B(int micro_batch, int chunk = 0) {
-  return {Op::B, micro_batch, chunk, -1, -1};
-}
-constexpr Action I(int micro_batch, int chunk = 0) {
-  return {Op::I, micro_batch, chunk, -1, -1};
-}
-constexpr Action W(int micro_batch, int chunk = 0) {
-  return {Op::W, micro_batch, chunk, -1, -1};
-}
+constexpr Action F(int micro_batch, int chunk = 0) { return {Op::F, micro_batch, chunk, -1, -1}; }
+constexpr Action B(int micro_batch, int chunk = 0) { return {Op::B, micro_batch, chunk, -1, -1}; }
+constexpr Action I(int micro_batch, int chunk = 0) { return {Op::I, micro_batch, chunk, -1, -1}; }
+constexpr Action W(int micro_batch, int chunk = 0) { return {Op::W, micro_batch, chunk, -1, -1}; }
 constexpr Action SEND_F(int micro_batch, int chunk = 0) {
   return {Op::SEND_F, micro_batch, chunk, -1, -1};
 }

@@ -40,14 +40,26 @@ struct Plan {
   constexpr int chunk_of(int stage) const { return table.chunk_of(stage); }
 };
 
+namespace detail {
+/// Lowers and verifies. If the lowered table is unsound and the compute table alone already
+/// breaks a rule, that error is reported instead, at the step of the row as written.
+constexpr void lower_and_verify(ScheduleTable& lowered, VerifyResult& out,
+                                const ScheduleTable& compute, CommSemantics semantics,
+                                const Costs& costs) {
+  lower_into(lowered, compute, semantics, costs);
+  verify_into(out, lowered, semantics, costs, nullptr);
+  if (out.ok || !compute.ok() || compute.lowered) return;
+  VerifyResult compute_level{};
+  verify_into(compute_level, compute, semantics, costs, nullptr, true);
+  if (!compute_level.ok) out = compute_level;
+}
+}  // namespace detail
+
 /// Lowers and verifies in place. figures.ok tells whether the plan is sound.
 constexpr void plan_into(Plan& plan, const ScheduleTable& compute, CommSemantics semantics,
                          const Costs& costs = {}) {
   plan.costs = costs;
-  detail::verify_into(plan.figures, compute, semantics, costs, nullptr, true);
-  if (!plan.figures.ok) return;
-  lower_into(plan.table, compute, semantics, costs);
-  detail::verify_into(plan.figures, plan.table, semantics, costs, nullptr);
+  detail::lower_and_verify(plan.table, plan.figures, compute, semantics, costs);
 }
 
 /// Lowers `compute` for `semantics`, verifies it, and returns the plan on the heap (a Plan is
@@ -89,17 +101,11 @@ constexpr VerifyResult verify(int ranks, const Costs& costs = {}) {
   VerifyResult out{};
   ScheduleTable compute{};
   if constexpr (requires { Sched::spec; })
-    generate_into(compute, Sched::spec,
-                  ranks);  // in place: no copy (or cached copy) of a big table
+    generate_into(compute, Sched::spec, ranks);  // in place: no copy of a large table
   else
     compute = Sched::table(ranks);
-  // Compute-level rules first, so that a hand-written table's mistakes are reported at the
-  // step of the row the user wrote, not at a step of the lowered table.
-  detail::verify_into(out, compute, Comm::semantics, costs, nullptr, true);
-  if (!out.ok) return out;
   ScheduleTable lowered{};
-  lower_into(lowered, compute, Comm::semantics, costs);
-  detail::verify_into(out, lowered, Comm::semantics, costs, nullptr);
+  detail::lower_and_verify(lowered, out, compute, Comm::semantics, costs);
   return out;
 }
 

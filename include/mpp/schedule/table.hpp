@@ -76,12 +76,7 @@ namespace detail {
 
 /// Appends without checks: for generators and lowering, whose capacity init_table() validated.
 constexpr void emit(ScheduleTable& t, int rank, Op op, int micro_batch, int chunk, int peer = -1) {
-  Action& a = t.actions[rank][t.length[rank]++];
-  a.op = op;
-  a.micro_batch = micro_batch;
-  a.chunk = chunk;
-  a.stage = chunk * t.ranks + rank;
-  a.peer = peer;
+  t.actions[rank][t.length[rank]++] = Action{op, micro_batch, chunk, chunk * t.ranks + rank, peer};
 }
 
 /// Validates (P, M, V) against the limits and prepares an empty table. `actions_per_unit` is the

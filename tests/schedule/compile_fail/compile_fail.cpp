@@ -53,6 +53,4 @@ static_assert(mpp::verify<mpp::GPipe<0>, mpp::Async<mpp::Gloo>>(4).ok);
 
 }  // namespace
 
-int main() {
-  return 0;
-}
+int main() { return 0; }

@@ -1,0 +1,116 @@
+// Lab 3 — distributed basics: two ranks bounce a tensor back and forth.
+//
+// Start it through a launcher, which starts two separate processes (each with its own memory,
+// scheduled on its own core) and tells each one who it is through environment variables:
+//
+//   mpprun --nproc-per-node 2 ./pingpong [--max-bytes 16777216] [--iters-scale 1]
+//
+// Each process joins the process group (rank 0 hosts the rendezvous, everyone connects to
+// everyone through Gloo over a socket), then rank 0 sends a tensor to rank 1, which sends it
+// straight back. Half the round trip is the one-way time; bytes / one-way time is the bandwidth.
+// Rank 0 is the coordinator: it alone prints the table.
+#include <ATen/Parallel.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/zeros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "mpp/comm.hpp"
+#include "mpp/util/blas.hpp"
+
+namespace {
+
+struct Args {
+  std::int64_t max_bytes = 16 << 20;
+  double iters_scale = 1.0;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--max-bytes") a.max_bytes = std::atoll(argv[i + 1]);
+    else if (flag == "--iters-scale") a.iters_scale = std::atof(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "pingpong: unknown flag %s (use --max-bytes --iters-scale)\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+std::string human_bytes(std::int64_t bytes) {
+  if (bytes >= (1 << 20)) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (1 << 10)) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  at::set_num_threads(1);
+
+  // Join the call: who am I (rank), how many are we (world size)?
+  mpp::ProcessGroup world = mpp::init_process_group();
+  const mpp::Environment env = mpp::environment();
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::printf("rank %d of %d (local rank %d on %s, pid %d), launched by %s\n", world.rank(),
+              world.size(), env.local_rank, host, static_cast<int>(::getpid()),
+              std::string(mpp::launcher_name(env.launcher)).c_str());
+  std::fflush(stdout);
+  if (world.size() != 2) {
+    if (world.rank() == 0)
+      std::fprintf(stderr, "pingpong needs exactly 2 ranks (got %d): mpprun --nproc-per-node 2 %s\n",
+                   world.size(), argv[0]);
+    return 2;
+  }
+  world.barrier();  // the greetings above come before the table
+  const bool coordinator = world.rank() == 0;
+  const int peer = 1 - world.rank();
+  if (coordinator) {
+    mpp::util::print_blas_report(at::get_num_threads());
+    std::printf("\n%10s %8s %14s %14s\n", "size", "iters", "one-way (us)", "bandwidth (MB/s)");
+  }
+
+  for (std::int64_t bytes = 4; bytes <= args.max_bytes; bytes *= 4) {
+    const std::int64_t elements = bytes / 4;  // float32
+    auto buffer = coordinator ? at::arange(elements, at::kFloat) : at::zeros({elements}, at::kFloat);
+    const auto original = buffer.clone();
+    // Enough round trips to last ~0.1 s at the expected speed; both ranks compute the same count.
+    const int iters = std::max(
+        5, static_cast<int>(args.iters_scale * std::min<std::int64_t>(1000, (64 << 20) / (bytes * 8))));
+    auto bounce = [&] {
+      if (coordinator) {
+        world.send(buffer, peer, 0);
+        world.recv(buffer, peer, 1);
+      } else {
+        world.recv(buffer, peer, 0);
+        world.send(buffer, peer, 1);
+      }
+    };
+    for (int i = 0; i < 3; ++i) bounce();  // warm-up: first-touch of buffers, socket windows
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) bounce();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (coordinator) {
+      if (!buffer.equal(original)) {
+        std::fprintf(stderr, "pingpong: the tensor came back changed at %lld bytes\n",
+                     static_cast<long long>(bytes));
+        return 1;
+      }
+      const double one_way = seconds / iters / 2;
+      std::printf("%10s %8d %14.1f %14.1f\n", human_bytes(bytes).c_str(), iters, one_way * 1e6,
+                  static_cast<double>(bytes) / one_way / 1e6);
+    }
+  }
+  world.barrier();
+  return 0;
+}
