@@ -8,11 +8,15 @@
 //
 // One iteration is a round trip: rank 0 sends `bytes`, rank 1 sends them back. Both ranks run
 // the same registered benchmarks with fixed iteration counts (so they stay in step); rank 0
-// reports. bytes_per_second is the one-way bandwidth (2 x bytes per round trip), one_way_us half
-// the round trip. After the runs rank 0 prints each layer's overhead over raw Gloo, from the
-// fastest repetition of each (the least disturbed by other load on the machine).
+// reports. bytes_per_second is the one-way bandwidth from the mean (2 x bytes per round trip);
+// best_one_way_us and median_one_way_us are half the fastest and the median round trip. After the
+// runs rank 0 prints each layer's overhead over raw Gloo from those two, taking for each the best
+// repetition (the least disturbed by other load on the machine).
 //
 //   mpprun --nproc-per-node 2 ./comm_bench [--benchmark_repetitions=5] [--benchmark_filter=...]
+//
+// Both ranks must run the same benchmarks in the same order: a --benchmark_filter applies to
+// both, but --benchmark_enable_random_interleaving would shuffle each rank differently.
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 #include <benchmark/benchmark.h>
@@ -66,7 +70,8 @@ struct PlainGroup {
 
 template <mpp::comm_policy C>
 struct Policy {
-  static inline const std::string label = std::string(C::name) + "<" + std::string(C::backend::name) + ">";
+  static inline const std::string label =
+      std::string(C::name) + "<" + std::string(C::backend::name) + ">";
   static inline const char* name = label.c_str();
   static void round_trip(at::Tensor& buf, bool first) {
     static const mpp::Communicator<C> comm(*world);
@@ -86,12 +91,20 @@ void bm_round_trip(benchmark::State& state) {
   auto buf = at::zeros({bytes / 4}, at::kFloat);
   const bool first = world->rank() == 0;
   for (int i = 0; i < 3; ++i) Layer::round_trip(buf, first);  // warm-up
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) Layer::round_trip(buf, first);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Each round trip is also timed on its own: on a shared machine the mean mixes the path's cost
+  // with waits for a core; the best and the median separate the two.
+  std::vector<double> trips;
+  trips.reserve(static_cast<std::size_t>(state.max_iterations));
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    Layer::round_trip(buf, first);
+    trips.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(trips.begin(), trips.end());
   state.SetBytesProcessed(state.iterations() * 2 * bytes);
-  state.counters["one_way_us"] = seconds * 1e6 / (2.0 * static_cast<double>(state.iterations()));
+  state.counters["best_one_way_us"] = trips.front() * 1e6 / 2;
+  state.counters["median_one_way_us"] = trips[trips.size() / 2] * 1e6 / 2;
 }
 
 /// Console output as usual, plus the fastest repetition of every run kept for the summary.
@@ -101,30 +114,47 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     ConsoleReporter::ReportRuns(runs);
     for (const auto& run : runs) {
       if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
-      const double per_iter = run.GetAdjustedRealTime();
-      auto [it, inserted] = best_.emplace(run.run_name.function_name + "|" + run.run_name.args, per_iter);
-      if (!inserted) it->second = std::min(it->second, per_iter);
+      const std::string key = run.run_name.function_name + "|" + run.run_name.args;
+      for (auto [table, counter] :
+           {std::pair{&best_, "best_one_way_us"}, std::pair{&median_, "median_one_way_us"}}) {
+        const double value = run.counters.at(counter).value;
+        auto [it, inserted] = table->emplace(key, value);
+        if (!inserted) it->second = std::min(it->second, value);  // best repetition
+      }
     }
   }
+
   void print_overheads(const std::vector<std::int64_t>& sizes,
                        const std::vector<std::string>& layers) const {
-    std::printf("\nOverhead over raw c10d Gloo (fastest repetition of each; round trip):\n");
-    std::printf("%10s", "bytes");
+    print_table("best round trip", best_, sizes, layers);
+    print_table("median round trip (best repetition)", median_, sizes, layers);
+  }
+
+ private:
+  static void print_table(const char* what, const std::map<std::string, double>& times,
+                          const std::vector<std::int64_t>& sizes,
+                          const std::vector<std::string>& layers) {
+    std::printf("\nOverhead over raw c10d Gloo, %s; raw one-way time in us:\n", what);
+    std::printf("%10s %12s", "bytes", "raw (us)");
     for (const auto& l : layers) std::printf(" %16s", l.c_str());
     std::printf("\n");
     for (auto bytes : sizes) {
       const std::string args = "bytes:" + std::to_string(bytes);
-      auto raw = best_.find("p2p/raw_c10d_gloo|" + args);
-      if (raw == best_.end()) continue;
-      std::printf("%10lld", static_cast<long long>(bytes));
+      auto raw = times.find("p2p/raw_c10d_gloo|" + args);
+      if (raw == times.end()) continue;
+      std::printf("%10lld %12.1f", static_cast<long long>(bytes), raw->second);
       for (const auto& l : layers) {
-        auto it = best_.find("p2p/" + l + "|" + args);
-        if (it == best_.end()) std::printf(" %16s", "-");
-        else std::printf(" %+15.1f%%", 100.0 * (it->second / raw->second - 1.0));
+        auto it = times.find("p2p/" + l + "|" + args);
+        if (it == times.end())
+          std::printf(" %16s", "-");
+        else
+          std::printf(" %+15.1f%%", 100.0 * (it->second / raw->second - 1.0));
       }
       std::printf("\n");
     }
   }
+
+  std::map<std::string, double> median_;
 
  private:
   std::map<std::string, double> best_;
@@ -144,21 +174,22 @@ int main(int argc, char** argv) {
   world = &group;
   if (group.size() != 2) {
     if (group.rank() == 0)
-      std::fprintf(stderr, "comm_bench needs exactly 2 ranks: mpprun --nproc-per-node 2 %s\n", argv[0]);
+      std::fprintf(stderr, "comm_bench needs exactly 2 ranks: mpprun --nproc-per-node 2 %s\n",
+                   argv[0]);
     return 2;
   }
   // Rank 1 only echoes: it reports nothing and must not write rank 0's --benchmark_out file.
   std::vector<char*> args(argv, argv + argc);
   if (group.rank() != 0)
-    args.erase(std::remove_if(args.begin() + 1, args.end(),
-                              [](const char* a) {
-                                return std::string(a).rfind("--benchmark_out", 0) == 0;
-                              }),
+    args.erase(std::remove_if(
+                   args.begin() + 1, args.end(),
+                   [](const char* a) { return std::string(a).rfind("--benchmark_out", 0) == 0; }),
                args.end());
   int arg_count = static_cast<int>(args.size());
   benchmark::Initialize(&arg_count, args.data());
 
-  const std::vector<std::int64_t> sizes{4, 64, 1024, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
+  const std::vector<std::int64_t> sizes{4,         64,      1024,    16 << 10,
+                                        256 << 10, 1 << 20, 4 << 20, 16 << 20};
   const std::vector<std::string> layers{"ProcessGroup", Policy<mpp::Blocking<mpp::Gloo>>::name,
                                         Policy<mpp::Async<mpp::Gloo>>::name};
   // Size by size, the layers one after the other, so that load changes hit them alike.

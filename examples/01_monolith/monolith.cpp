@@ -2,9 +2,9 @@
 //
 // A 16-layer MLP (Linear + ReLU) fits a batch of a smooth function (tanh of a random linear map);
 // with `--data fresh` it sees a new batch every step and must generalise, which a deep, narrow
-// ReLU stack does far more slowly. Nothing is distributed; this is the baseline that every later lab is compared with: the same
-// model, the same initial weights, the same batches, and (for the pipeline and data-parallel
-// labs) the same parameters after training.
+// ReLU stack does far more slowly. Nothing is distributed; this is the baseline that every later
+// lab is compared with: the same model, the same initial weights, the same batches, and (for the
+// pipeline and data-parallel labs) the same parameters after training.
 //
 //   ./monolith [--steps 300] [--batch 64] [--hidden 256] [--lr 1e-3] [--data fixed|fresh]
 #include <torch/nn/functional/loss.h>
@@ -35,13 +35,19 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const char* value = argv[i + 1];
-    if (flag == "--steps") a.steps = std::atoi(value);
-    else if (flag == "--batch") a.batch = std::atoll(value);
-    else if (flag == "--hidden") a.hidden = std::atoll(value);
-    else if (flag == "--lr") a.lr = std::atof(value);
-    else if (flag == "--data") a.fresh = std::string(value) == "fresh";
+    if (flag == "--steps")
+      a.steps = std::atoi(value);
+    else if (flag == "--batch")
+      a.batch = std::atoll(value);
+    else if (flag == "--hidden")
+      a.hidden = std::atoll(value);
+    else if (flag == "--lr")
+      a.lr = std::atof(value);
+    else if (flag == "--data")
+      a.fresh = std::string(value) == "fresh";
     else {
-      std::fprintf(stderr, "monolith: unknown flag %s (use --steps --batch --hidden --lr)\n", argv[i]);
+      std::fprintf(stderr, "monolith: unknown flag %s (use --steps --batch --hidden --lr)\n",
+                   argv[i]);
       std::exit(2);
     }
   }
@@ -83,8 +89,8 @@ int main(int argc, char** argv) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%d steps in %.2f s: %.0f samples/s (forward + backward + Adam)\n",
-              args.steps, seconds, args.steps * static_cast<double>(args.batch) / seconds);
+  std::printf("%d steps in %.2f s: %.0f samples/s (forward + backward + Adam)\n", args.steps,
+              seconds, args.steps * static_cast<double>(args.batch) / seconds);
   std::printf("loss %.5f -> %.5f (%.1f%% of the first)\n", first_loss, last_loss,
               100.0 * last_loss / first_loss);
   if (!(last_loss < first_loss)) {

@@ -38,12 +38,17 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const char* value = argv[i + 1];
-    if (flag == "--steps") a.steps = std::atoi(value);
-    else if (flag == "--batch") a.batch = std::atoll(value);
-    else if (flag == "--hidden") a.hidden = std::atoll(value);
-    else if (flag == "--cut") a.cut = std::atoi(value);
+    if (flag == "--steps")
+      a.steps = std::atoi(value);
+    else if (flag == "--batch")
+      a.batch = std::atoll(value);
+    else if (flag == "--hidden")
+      a.hidden = std::atoll(value);
+    else if (flag == "--cut")
+      a.cut = std::atoi(value);
     else {
-      std::fprintf(stderr, "manual_split: unknown flag %s (use --steps --batch --hidden --cut)\n", argv[i]);
+      std::fprintf(stderr, "manual_split: unknown flag %s (use --steps --batch --hidden --cut)\n",
+                   argv[i]);
       std::exit(2);
     }
   }
@@ -81,7 +86,8 @@ int main(int argc, char** argv) {
 
     // The monolith, as in lab 1.
     monolith_opt.zero_grad();
-    auto full_loss = torch::nn::functional::mse_loss(monolith->forward(batch.inputs), batch.targets);
+    auto full_loss =
+        torch::nn::functional::mse_loss(monolith->forward(batch.inputs), batch.targets);
     full_loss.backward();
     monolith_opt.step();
 

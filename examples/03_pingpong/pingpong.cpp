@@ -7,7 +7,8 @@
 //
 // Each process joins the process group (rank 0 hosts the rendezvous, everyone connects to
 // everyone through Gloo over a socket), then rank 0 sends a tensor to rank 1, which sends it
-// straight back. Half the round trip is the one-way time; bytes / one-way time is the bandwidth.
+// straight back. Half the round trip is the one-way time; bytes / one-way time is the bandwidth
+// (computed from the median one-way time).
 // Rank 0 is the coordinator: it alone prints the table.
 #include <ATen/Parallel.h>
 #include <ATen/ops/arange.h>
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "mpp/comm.hpp"
 #include "mpp/util/blas.hpp"
@@ -34,8 +36,10 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--max-bytes") a.max_bytes = std::atoll(argv[i + 1]);
-    else if (flag == "--iters-scale") a.iters_scale = std::atof(argv[i + 1]);
+    if (flag == "--max-bytes")
+      a.max_bytes = std::atoll(argv[i + 1]);
+    else if (flag == "--iters-scale")
+      a.iters_scale = std::atof(argv[i + 1]);
     else {
       std::fprintf(stderr, "pingpong: unknown flag %s (use --max-bytes --iters-scale)\n", argv[i]);
       std::exit(2);
@@ -67,7 +71,8 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (world.size() != 2) {
     if (world.rank() == 0)
-      std::fprintf(stderr, "pingpong needs exactly 2 ranks (got %d): mpprun --nproc-per-node 2 %s\n",
+      std::fprintf(stderr,
+                   "pingpong needs exactly 2 ranks (got %d): mpprun --nproc-per-node 2 %s\n",
                    world.size(), argv[0]);
     return 2;
   }
@@ -76,16 +81,20 @@ int main(int argc, char** argv) {
   const int peer = 1 - world.rank();
   if (coordinator) {
     mpp::util::print_blas_report(at::get_num_threads());
-    std::printf("\n%10s %8s %14s %14s\n", "size", "iters", "one-way (us)", "bandwidth (MB/s)");
+    std::printf("\none-way time = half a round trip; median and best of `iters` round trips\n");
+    std::printf("%10s %8s %12s %12s %12s %12s\n", "size", "iters", "median (us)", "best (us)",
+                "MB/s median", "MB/s best");
   }
 
   for (std::int64_t bytes = 4; bytes <= args.max_bytes; bytes *= 4) {
     const std::int64_t elements = bytes / 4;  // float32
-    auto buffer = coordinator ? at::arange(elements, at::kFloat) : at::zeros({elements}, at::kFloat);
+    auto buffer =
+        coordinator ? at::arange(elements, at::kFloat) : at::zeros({elements}, at::kFloat);
     const auto original = buffer.clone();
     // Enough round trips to last ~0.1 s at the expected speed; both ranks compute the same count.
-    const int iters = std::max(
-        5, static_cast<int>(args.iters_scale * std::min<std::int64_t>(1000, (64 << 20) / (bytes * 8))));
+    const int iters =
+        std::max(5, static_cast<int>(args.iters_scale *
+                                     std::min<std::int64_t>(1000, (64 << 20) / (bytes * 8))));
     auto bounce = [&] {
       if (coordinator) {
         world.send(buffer, peer, 0);
@@ -96,19 +105,26 @@ int main(int argc, char** argv) {
       }
     };
     for (int i = 0; i < 3; ++i) bounce();  // warm-up: first-touch of buffers, socket windows
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) bounce();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Each round trip is timed on its own: the median shrugs off the moments when another
+    // process had the core, the best shows what the path can do when nothing interferes.
+    std::vector<double> round_trips(static_cast<std::size_t>(iters));
+    for (auto& seconds : round_trips) {
+      const auto start = std::chrono::steady_clock::now();
+      bounce();
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     if (coordinator) {
       if (!buffer.equal(original)) {
         std::fprintf(stderr, "pingpong: the tensor came back changed at %lld bytes\n",
                      static_cast<long long>(bytes));
         return 1;
       }
-      const double one_way = seconds / iters / 2;
-      std::printf("%10s %8d %14.1f %14.1f\n", human_bytes(bytes).c_str(), iters, one_way * 1e6,
-                  static_cast<double>(bytes) / one_way / 1e6);
+      std::sort(round_trips.begin(), round_trips.end());
+      const double median = round_trips[round_trips.size() / 2] / 2;  // one way
+      const double best = round_trips.front() / 2;
+      std::printf("%10s %8d %12.1f %12.1f %12.1f %12.1f\n", human_bytes(bytes).c_str(), iters,
+                  median * 1e6, best * 1e6, static_cast<double>(bytes) / median / 1e6,
+                  static_cast<double>(bytes) / best / 1e6);
     }
   }
   world.barrier();

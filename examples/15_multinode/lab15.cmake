@@ -1,5 +1,5 @@
-# Defines lab15_multinode when the layers it uses are present (comm, DDP, checkpoints).
-foreach(header comm/process_group.hpp data_parallel/ddp.hpp checkpoint/checkpoint.hpp)
+# Defines lab15_multinode when the layers it uses are present (comm, DDP, pipeline, checkpoints).
+foreach(header comm/process_group.hpp data_parallel/ddp.hpp pipeline/pipeline.hpp checkpoint/checkpoint.hpp)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/include/mpp/${header})
     message(STATUS "lab15_multinode: include/mpp/${header} missing, lab not built")
     return()

@@ -19,8 +19,8 @@
 // For the fault lab: --ckpt-dir/--ckpt-every write a checkpoint per rank and resume from the
 // latest complete one at start; --fault kill|stall makes one rank die by SIGKILL (or sleep)
 // inside the backward pass of one step, to watch the others stop within MPP_TIMEOUT_S.
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <csignal>
@@ -35,15 +35,10 @@
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/models/mlp.hpp"
-#include "mpp/util/blas.hpp"
-#if __has_include("mpp/pipeline/pipeline.hpp")
 #include "mpp/partition/uniform.hpp"
 #include "mpp/pipeline/pipeline.hpp"
 #include "mpp/schedule/policies.hpp"
-#define MPP_LAB15_HAS_PIPELINE 1
-#else
-#define MPP_LAB15_HAS_PIPELINE 0
-#endif
+#include "mpp/util/blas.hpp"
 
 namespace fs = std::filesystem;
 
@@ -106,8 +101,9 @@ struct Fault {
     if (!armed()) return;
     // Wall-clock time of the fault, so that a test can measure how long the others take to stop.
     char when[32];
-    std::snprintf(when, sizeof when, " at t=%.3f",
-                  std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+    std::snprintf(
+        when, sizeof when, " at t=%.3f",
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
     if (s.fault == "kill") {
       say("fault: rank " + std::to_string(rank) + " kills itself (SIGKILL) mid-step " +
           std::to_string(step) + when);
@@ -136,9 +132,9 @@ struct Checkpoints {
   }
   void save(int step, const mpp::ProcessGroup& world, torch::nn::Module& model,
             torch::optim::AdamW& optimizer) const {
-    mpp::checkpoint::write_checkpoint(
-        rank_dir(step, world.rank()), {mpp::checkpoint::training_state_file(model, optimizer)},
-        {{"progress", mpp::checkpoint::to_json({step, 0, step})}});
+    mpp::checkpoint::write_checkpoint(rank_dir(step, world.rank()),
+                                      {mpp::checkpoint::training_state_file(model, optimizer)},
+                                      {{"progress", mpp::checkpoint::to_json({step, 0, step})}});
     world.barrier();  // every rank's files are in place before `latest` points at them
     if (world.rank() == 0) {
       const fs::path tmp = dir / "latest.tmp";
@@ -182,7 +178,8 @@ int train(const Settings& s, const mpp::ProcessGroup& world, torch::nn::Module& 
     loss = step_fn(x, y);
     optimizer.step();
     if (world.rank() == 0) say("step " + std::to_string(step) + " loss " + std::to_string(loss));
-    if (ckpt.enabled() && step % ckpt.every == 0 && step < s.steps) ckpt.save(step, world, local, optimizer);
+    if (ckpt.enabled() && step % ckpt.every == 0 && step < s.steps)
+      ckpt.save(step, world, local, optimizer);
   }
   if (world.rank() == 0 && start < s.steps) {
     char text[64];
@@ -204,19 +201,19 @@ int train_ddp(const Settings& s, const mpp::ProcessGroup& world) {
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(s.lr));
   Fault fault{s, rank};
   std::optional<mpp::DistributedDataParallel<mpp::Async<mpp::Gloo>>> ddp;
-  return train(s, world, *model, optimizer, fault, [&](const torch::Tensor& x, const torch::Tensor& y) {
-    // Built on the first step, after a resume: DDP broadcasts rank 0's (restored) weights.
-    if (!ddp) ddp.emplace(*model, world);
-    auto loss = torch::mse_loss(model->forward(x.narrow(0, rank * local, local)),
-                                y.narrow(0, rank * local, local));
-    loss.backward();
-    auto global = loss.detach().clone();
-    world.all_reduce_mean(global);  // equal slices: the mean of the means is the batch loss
-    return global.item<double>();
-  });
+  return train(
+      s, world, *model, optimizer, fault, [&](const torch::Tensor& x, const torch::Tensor& y) {
+        // Built on the first step, after a resume: DDP broadcasts rank 0's (restored) weights.
+        if (!ddp) ddp.emplace(*model, world);
+        auto loss = torch::mse_loss(model->forward(x.narrow(0, rank * local, local)),
+                                    y.narrow(0, rank * local, local));
+        loss.backward();
+        auto global = loss.detach().clone();
+        world.all_reduce_mean(global);  // equal slices: the mean of the means is the batch loss
+        return global.item<double>();
+      });
 }
 
-#if MPP_LAB15_HAS_PIPELINE
 /// Pipeline parallel: one stage per rank (4 ranks), 1F1B over 4 micro-batches.
 int train_pipeline(const Settings& s, const mpp::ProcessGroup& world) {
   using Pipe = mpp::Pipeline<mpp::Uniform<4>, mpp::OneFOneB<4>, mpp::Async<mpp::Gloo>>;
@@ -224,12 +221,15 @@ int train_pipeline(const Settings& s, const mpp::ProcessGroup& world) {
   torch::nn::Sequential stage = pipe.pieces().front().module;  // shares the stage's layers
   torch::optim::AdamW optimizer(pipe.parameters(), torch::optim::AdamWOptions(s.lr));
   Fault fault{s, world.rank()};
-  auto mse = [](const at::Tensor& out, const at::Tensor& target) { return torch::mse_loss(out, target); };
-  return train(s, world, *stage, optimizer, fault, [&](const torch::Tensor& x, const torch::Tensor& y) {
-    return pipe.train_step(pipe.is_first() ? x : torch::Tensor(), pipe.is_last() ? y : torch::Tensor(), mse);
-  });
+  auto mse = [](const at::Tensor& out, const at::Tensor& target) {
+    return torch::mse_loss(out, target);
+  };
+  return train(s, world, *stage, optimizer, fault,
+               [&](const torch::Tensor& x, const torch::Tensor& y) {
+                 return pipe.train_step(pipe.is_first() ? x : torch::Tensor(),
+                                        pipe.is_last() ? y : torch::Tensor(), mse);
+               });
 }
-#endif
 
 }  // namespace
 
@@ -249,7 +249,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "kill", "stall"}));
   app.add_option("--fault-rank", s.fault_rank, "rank that faults");
   app.add_option("--fault-step", s.fault_step, "step at which it faults");
-  app.add_option("--fault-once", s.fault_once, "fire only if this file does not exist (then create it)");
+  app.add_option("--fault-once", s.fault_once,
+                 "fire only if this file does not exist (then create it)");
   app.add_option("--stall-seconds", s.stall_seconds, "how long a stalled rank sleeps");
   app.add_option("--step-ms", s.step_ms, "sleep before each step (to watch a run)");
   CLI11_PARSE(app, argc, argv);
@@ -264,11 +265,7 @@ int main(int argc, char** argv) {
         env.master_addr + ":" + std::to_string(env.master_port));
     if (env.rank == 0) mpp::util::print_blas_report(1);
     if (s.mode == "ddp") return train_ddp(s, world);
-#if MPP_LAB15_HAS_PIPELINE
     return train_pipeline(s, world);
-#else
-    throw std::invalid_argument("mpp-job: --mode pipeline needs mpp/pipeline/pipeline.hpp, which this build lacks");
-#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -44,10 +44,10 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-const Vars torchrun_rank3_of_4_two_nodes{
-    {"RANK", "3"},       {"WORLD_SIZE", "4"},      {"LOCAL_RANK", "1"},
-    {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"}, {"MASTER_ADDR", "node0"},
-    {"MASTER_PORT", "29511"}};
+const Vars torchrun_rank3_of_4_two_nodes{{"RANK", "3"},           {"WORLD_SIZE", "4"},
+                                         {"LOCAL_RANK", "1"},     {"LOCAL_WORLD_SIZE", "2"},
+                                         {"GROUP_RANK", "1"},     {"MASTER_ADDR", "node0"},
+                                         {"MASTER_PORT", "29511"}};
 
 }  // namespace
 
@@ -70,8 +70,8 @@ TEST_CASE("env: torchrun variables") {
 }
 
 TEST_CASE("env: torchrun on one host, local variables defaulted") {
-  auto env = parse({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                    {"MASTER_PORT", "29500"}});
+  auto env = parse(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
   CHECK(env.local_rank == 1);
   CHECK(env.local_world_size == 2);
   CHECK(env.node_rank == 0);
@@ -85,9 +85,12 @@ TEST_CASE("env: a world of one needs no rendezvous address") {
 }
 
 TEST_CASE("env: Open MPI variables") {
-  auto env = parse({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
-                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
-                    {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}});
+  auto env = parse({{"OMPI_COMM_WORLD_RANK", "5"},
+                    {"OMPI_COMM_WORLD_SIZE", "8"},
+                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                    {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                    {"MASTER_ADDR", "10.0.0.1"},
+                    {"MASTER_PORT", "1234"}});
   CHECK(env.launcher == mpp::Launcher::open_mpi);
   CHECK(env.rank == 5);
   CHECK(env.world_size == 8);
@@ -97,9 +100,13 @@ TEST_CASE("env: Open MPI variables") {
 }
 
 TEST_CASE("env: SLURM variables, including the compressed tasks-per-node list") {
-  auto env = parse({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "0"},
-                    {"SLURM_NODEID", "3"}, {"SLURM_TASKS_PER_NODE", "2(x3),1"},
-                    {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"}});
+  auto env = parse({{"SLURM_PROCID", "6"},
+                    {"SLURM_NTASKS", "7"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_NODEID", "3"},
+                    {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                    {"MASTER_ADDR", "n0"},
+                    {"MASTER_PORT", "29500"}});
   CHECK(env.launcher == mpp::Launcher::slurm);
   CHECK(env.rank == 6);
   CHECK(env.world_size == 7);
@@ -145,8 +152,11 @@ TEST_CASE("env: missing variables are named") {
   f = failure_of({{"SLURM_PROCID", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
   CHECK(f.variable == "SLURM_NTASKS");
 
-  f = failure_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                  {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  f = failure_of({{"RANK", "3"},
+                  {"WORLD_SIZE", "4"},
+                  {"LOCAL_RANK", "1"},
+                  {"MASTER_ADDR", "h"},
+                  {"MASTER_PORT", "1"}});
   CHECK(f.variable == "LOCAL_WORLD_SIZE");
 }
 
@@ -162,12 +172,19 @@ TEST_CASE("env: malformed and contradictory values are refused") {
   f = failure_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}});
   CHECK(f.variable == "WORLD_SIZE");
 
-  f = failure_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "4"},
-                  {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  f = failure_of({{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"LOCAL_WORLD_SIZE", "4"},
+                  {"MASTER_ADDR", "h"},
+                  {"MASTER_PORT", "1"}});
   CHECK(f.variable == "LOCAL_WORLD_SIZE");
 
-  f = failure_of({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"},
-                  {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  f = failure_of({{"RANK", "1"},
+                  {"WORLD_SIZE", "4"},
+                  {"LOCAL_RANK", "2"},
+                  {"LOCAL_WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "h"},
+                  {"MASTER_PORT", "1"}});
   CHECK(f.variable == "LOCAL_RANK");
 
   Vars two_names = torchrun_rank3_of_4_two_nodes;

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "mpp/comm.hpp"
-#include "support/world.hpp"
 #include "support/worker.hpp"
+#include "support/world.hpp"
 
 namespace {
 
@@ -212,7 +212,8 @@ TEST_CASE("comm: a wait on a silent peer times out naming the peer and the opera
   const auto& out = world.output(0);
   CAPTURE(out);
   CHECK(contains(out, "timeout op=recv peer=1"));
-  CHECK(contains(out, "mpp: recv from rank 1 [tag 7, Float[16]] on rank 0 did not complete within 1500 ms"));
+  CHECK(contains(
+      out, "mpp: recv from rank 1 [tag 7, Float[16]] on rank 0 did not complete within 1500 ms"));
   CHECK(elapsed_printed(out) >= 1'400);
   CHECK(elapsed_printed(out) < 3'500);
 

@@ -9,16 +9,16 @@
 #include <vector>
 
 #include "mpp/comm.hpp"
-#include "support/world.hpp"
 #include "support/worker.hpp"
+#include "support/world.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-const std::vector<at::ScalarType> all_dtypes{
-    at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kLong, at::kInt,
-    at::kShort, at::kChar,   at::kByte,     at::kBool, at::kComplexFloat};
+const std::vector<at::ScalarType> all_dtypes{at::kFloat, at::kDouble, at::kBFloat16,    at::kHalf,
+                                             at::kLong,  at::kInt,    at::kShort,       at::kChar,
+                                             at::kByte,  at::kBool,   at::kComplexFloat};
 
 void expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("check failed: " + what);
@@ -105,7 +105,8 @@ MPP_TEST_WORKER("comm_tags") {
   constexpr int tags = 5;
   if (sender) {
     std::vector<mpp::Request> sends;
-    for (int tag = 0; tag < tags; ++tag) sends.push_back(world.isend(at::full({4}, tag * 10.0), peer, tag));
+    for (int tag = 0; tag < tags; ++tag)
+      sends.push_back(world.isend(at::full({4}, tag * 10.0), peer, tag));
     // Two more on tag 7: FIFO within a tag.
     sends.push_back(world.isend(at::full({4}, 71.0), peer, 7));
     sends.push_back(world.isend(at::full({4}, 72.0), peer, 7));
@@ -140,9 +141,13 @@ at::Tensor expected_reduce(const std::vector<at::Tensor>& per_rank, mpp::ReduceO
   if (dtype == at::kBool) {
     auto stacked = at::stack(per_rank);
     switch (op) {
-      case mpp::ReduceOp::sum: case mpp::ReduceOp::max: case mpp::ReduceOp::bor:
+      case mpp::ReduceOp::sum:
+      case mpp::ReduceOp::max:
+      case mpp::ReduceOp::bor:
         return stacked.any(0);
-      case mpp::ReduceOp::product: case mpp::ReduceOp::min: case mpp::ReduceOp::band:
+      case mpp::ReduceOp::product:
+      case mpp::ReduceOp::min:
+      case mpp::ReduceOp::band:
         return stacked.all(0);
       case mpp::ReduceOp::bxor:
         return stacked.to(at::kLong).sum(0).remainder(2).to(at::kBool);
@@ -151,12 +156,12 @@ at::Tensor expected_reduce(const std::vector<at::Tensor>& per_rank, mpp::ReduceO
   if (op == mpp::ReduceOp::band || op == mpp::ReduceOp::bor || op == mpp::ReduceOp::bxor) {
     at::Tensor acc = per_rank.front().clone();
     for (std::size_t i = 1; i < per_rank.size(); ++i)
-      acc = op == mpp::ReduceOp::band ? at::bitwise_and(acc, per_rank[i])
+      acc = op == mpp::ReduceOp::band  ? at::bitwise_and(acc, per_rank[i])
             : op == mpp::ReduceOp::bor ? at::bitwise_or(acc, per_rank[i])
                                        : at::bitwise_xor(acc, per_rank[i]);
     return acc;
   }
-  const auto wide = at::isComplexType(dtype) ? at::kComplexDouble
+  const auto wide = at::isComplexType(dtype)    ? at::kComplexDouble
                     : at::isFloatingType(dtype) ? at::kDouble
                                                 : at::kLong;
   std::vector<at::Tensor> widened;
@@ -164,11 +169,20 @@ at::Tensor expected_reduce(const std::vector<at::Tensor>& per_rank, mpp::ReduceO
   auto stacked = at::stack(widened);
   at::Tensor r;
   switch (op) {
-    case mpp::ReduceOp::sum: r = stacked.sum(0); break;
-    case mpp::ReduceOp::product: r = stacked.prod(0); break;
-    case mpp::ReduceOp::min: r = stacked.amin(0); break;
-    case mpp::ReduceOp::max: r = stacked.amax(0); break;
-    default: break;
+    case mpp::ReduceOp::sum:
+      r = stacked.sum(0);
+      break;
+    case mpp::ReduceOp::product:
+      r = stacked.prod(0);
+      break;
+    case mpp::ReduceOp::min:
+      r = stacked.amin(0);
+      break;
+    case mpp::ReduceOp::max:
+      r = stacked.amax(0);
+      break;
+    default:
+      break;
   }
   return r.to(dtype);
 }
@@ -192,8 +206,8 @@ MPP_TEST_WORKER("comm_collectives") {
     std::vector<at::Tensor> per_rank;
     for (int r = 0; r < n; ++r) per_rank.push_back(values(dtype, r));
     for (auto op : ops_for(dtype)) {
-      const std::string what = "all_reduce(" + std::string(mpp::reduce_op_name(op)) + ") of " +
-                               dtype_name(dtype);
+      const std::string what =
+          "all_reduce(" + std::string(mpp::reduce_op_name(op)) + ") of " + dtype_name(dtype);
       const auto want = expected_reduce(per_rank, op);
       auto t = per_rank[static_cast<std::size_t>(me)].clone();
       world.all_reduce(t, op);
@@ -213,14 +227,16 @@ MPP_TEST_WORKER("comm_collectives") {
       auto storage = values(dtype, me, {5, 3});
       auto view = storage.t();
       world.ibroadcast(view, root).wait();
-      expect(same(storage, values(dtype, root, {5, 3})), "strided broadcast of " + dtype_name(dtype));
+      expect(same(storage, values(dtype, root, {5, 3})),
+             "strided broadcast of " + dtype_name(dtype));
     }
   }
   // Mean over ranks for floating and complex dtypes; integers are refused.
   for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kComplexFloat}) {
     auto t = at::full({6}, static_cast<double>(2 * me + 2)).to(dtype);  // 2, 4, 6, 8
     world.all_reduce_mean(t);
-    expect(same(t, at::full({6}, static_cast<double>(n + 1)).to(dtype)), "mean of " + dtype_name(dtype));
+    expect(same(t, at::full({6}, static_cast<double>(n + 1)).to(dtype)),
+           "mean of " + dtype_name(dtype));
   }
   {
     auto t = at::full({2}, 1.0);

@@ -31,6 +31,7 @@ cat <<JSON
    "bubble_measured": 0.52, "bubble_predicted": 0.5}
  ]}
 JSON
+echo "summary: GPipe beats Naive by 1.6x {not json}"
 SH
 cat >"$build/benchmarks/comm/bench_broken" <<'SH'
 #!/usr/bin/env bash
@@ -104,6 +105,7 @@ expect "$report" "| \`pipeline_fake.py\` | torch_naive | 500 | \`Naive/Blocking<
 expect "$report" "A fake binary."
 expect "$report" "| \`ddp_missing.py\` | not run: benchmarks/reference/ddp_missing.py is not in this tree | – | – |"
 expect "$report" "| load average | "
+expect "$report" "summary: GPipe beats Naive by 1.6x {not json}"
 expect "$report" "| \`pipeline_fake.py --config\` | course_h128_b32 | 777 | – |"
 expect "$report" "\`benchmarks/pipeline/bench_fake\` on 1 rank(s)"
 [[ $(cat "$src/docs/figures/benchmarks/raw/pipeline__pipeline_fake.py_2_logs/ranks" 2>/dev/null) == 2 ]] ||

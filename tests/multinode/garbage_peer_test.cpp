@@ -56,7 +56,9 @@ MPP_TEST_WORKER("multinode_garbage_magic") { return garbage_peer("magic"); }
 MPP_TEST_WORKER("multinode_garbage_dtype") { return garbage_peer("dtype"); }
 MPP_TEST_WORKER("multinode_garbage_shape") { return garbage_peer("shape"); }
 
-TEST_CASE("multinode: a peer sending a garbage header, a wrong dtype or a wrong shape gets an error, not a crash") {
+TEST_CASE(
+    "multinode: a peer sending a garbage header, a wrong dtype or a wrong shape gets an error, not "
+    "a crash") {
   struct Case {
     const char* kind;
     const char* expect;  // in the receiver's error

@@ -36,12 +36,10 @@ struct MeanSquaredError {
 
 constexpr int steps = 3;
 // Uneven on purpose in the middle step: 10 samples in 4 micro-batches are 3, 3, 2, 2.
-constexpr std::int64_t batch_for_step(int step) {
-  return step == 1 ? 10 : 12;
-}
+constexpr std::int64_t batch_for_step(int step) { return step == 1 ? 10 : 12; }
 
 mpp::models::MlpConfig test_model() {
-  return {.hidden = 16, .layers = mpp::test::partition_test_layers, .seed = 11};
+  return {.hidden = 16, .layers = mpp::test::partition_layers, .seed = 11};
 }
 
 /// Trains the pipeline and, on the same process, the monolith; returns what differs ("" if none).

@@ -24,25 +24,26 @@ using schedules = std::tuple<Naive, GPipe<M>, OneFOneB<M>, Interleaved1F1B<M, 2>
 using comm_policies = std::tuple<Blocking<Gloo>, Async<Gloo>>;
 
 namespace detail {
-// Uneven explicit cuts of a 12-layer model into P x V pieces, so that Explicit is not Uniform.
+// Uneven explicit cuts of the 16-layer course model into P x V pieces, so that Explicit is not
+// Uniform.
 template <int Pieces>
 struct explicit_cut;
 template <>
 struct explicit_cut<2> {
-  using type = Explicit<7, 5>;
+  using type = Explicit<9, 7>;
 };
 template <>
 struct explicit_cut<4> {
-  using type = Explicit<4, 3, 3, 2>;
+  using type = Explicit<5, 4, 4, 3>;
 };
 template <>
 struct explicit_cut<8> {
-  using type = Explicit<2, 2, 2, 1, 1, 1, 2, 1>;
+  using type = Explicit<3, 2, 2, 2, 2, 2, 2, 1>;
 };
 }  // namespace detail
 
 /// The layer count the partition lists below are written for.
-inline constexpr int partition_test_layers = 12;
+inline constexpr int partition_layers = 16;
 
 /// Every partition policy for P pipeline ranks with V chunks per rank.
 template <int P, int V>

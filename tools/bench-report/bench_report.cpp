@@ -189,6 +189,28 @@ bool is_benchmark_binary(const fs::directory_entry& e) {
   return e.path().string().find("CMakeFiles") == std::string::npos;
 }
 
+// Length of the JSON object that starts at text[at] ('{'), strings and escapes respected;
+// the rest of the text if it never closes.
+std::size_t json_object_length(const std::string& text, std::size_t at) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = at; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i - at + 1;
+    }
+  }
+  return text.size() - at;
+}
+
 std::string raw_name(const std::string& group, const std::string& binary) { return group + "__" + binary; }
 
 // What to run, from tools/bench-report/report.json (see the comments there): how many ranks each
@@ -288,11 +310,12 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
       const std::string stderr_text = fs::exists(err) ? read_file(err) : std::string();
       // Google Benchmark's JSON starts at the first line that begins with "{"; what comes before
       // is the binary's own report (the BLAS line).
+      // It ends at the brace that closes the first one; a binary may print a summary after it.
       std::string json_text;
       const auto at = stdout_text.rfind('{', 0) == 0                      ? 0
                       : stdout_text.find("\n{") != std::string::npos ? stdout_text.find("\n{") + 1
                                                                      : std::string::npos;
-      if (at != std::string::npos) json_text = stdout_text.substr(at);
+      if (at != std::string::npos) json_text = stdout_text.substr(at, json_object_length(stdout_text, at));
       const bool parsed = !json_text.empty() && !json::parse(json_text, nullptr, false).is_discarded();
       if (parsed) write_file(out_json, json_text);
       json entry{{"group", group.folder},
@@ -304,6 +327,8 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
                  {"blas", first_line_with(stdout_text.substr(0, at == std::string::npos ? stdout_text.size() : at), "BLAS:")},
                  {"raw", out_json.filename().string()}};
       if (!settings.value("note", "").empty()) entry["note"] = settings.value("note", "");
+      if (parsed && at + json_text.size() < stdout_text.size())  // what it printed after the JSON
+        entry["epilogue"] = last_lines(trim(stdout_text.substr(at + json_text.size())), 40);
       if (r.status != 0 || !parsed) {
         entry["failure"] = last_lines(r.output + stderr_text, 15);
         if (!launched && ranks > 1) entry["failure"] = "mpprun is not built: build the mpprun target\n";
@@ -386,6 +411,7 @@ struct Row {
   double real_time = 0;  // per iteration, in time_unit
   std::string time_unit;
   double items_per_second = NAN;
+  double bytes_per_second = NAN;
   std::map<std::string, double> counters;
   std::string error;
 };
@@ -411,6 +437,7 @@ std::vector<Row> rows_of(const json& doc) {
     r.real_time = b.value("real_time", 0.0);
     r.time_unit = b.value("time_unit", "ns");
     if (b.contains("items_per_second")) r.items_per_second = b["items_per_second"].get<double>();
+    if (b.contains("bytes_per_second")) r.bytes_per_second = b["bytes_per_second"].get<double>();
     if (b.value("error_occurred", false)) r.error = b.value("error_message", "error");
     for (const auto& [key, value] : b.items())
       if (!standard_keys.count(key) && value.is_number()) r.counters[key] = value.get<double>();
@@ -675,6 +702,8 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
         md << "It ran no benchmark.\n\n";
         continue;
       }
+      if (!b.value("epilogue", "").empty())
+        md << "After its measurements it printed:\n\n```\n" << b.value("epilogue", "") << "```\n\n";
       std::vector<std::string> counter_names;
       for (const auto& r : rows)
         for (const auto& [k, v] : r.counters)
@@ -703,8 +732,17 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
         const auto* ref = reference_for(r.name);
         ref_series.values.push_back(ref ? ref->items_per_second : NAN);
       }
-      bool has_items = false;
+      bool has_items = false, has_bytes = false;
       for (double v : mpp_series.values) has_items = has_items || !std::isnan(v);
+      for (const auto& r : rows) has_bytes = has_bytes || !std::isnan(r.bytes_per_second);
+      if (!has_items && has_bytes) {  // a communication benchmark: plot its bandwidth
+        Series bandwidth{"mpp", "#3465a4", {}};
+        for (const auto& r : rows) bandwidth.values.push_back(r.bytes_per_second / 1e6);
+        const std::string file = slug(group.folder + "_" + binary) + ".svg";
+        write_file(figures / file, bar_chart(binary + ": MB per second (higher is better)", "MB/s", labels,
+                                             {bandwidth}));
+        md << "![" << binary << " bandwidth](" << (figures_rel / file).string() << ")\n\n";
+      }
       if (has_items) {
         std::vector<Series> series{mpp_series};
         if (has_reference) series.push_back(ref_series);
@@ -730,15 +768,18 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       }
 
       md << "| benchmark | time per iteration | samples/s";
+      if (has_bytes) md << " | MB/s";
       for (const auto& c : counter_names) md << " | " << md_escape(c);
       if (has_reference) md << " | PyTorch samples/s | mpp / PyTorch";
       md << " |\n|---|---:|---:";
+      if (has_bytes) md << "|---:";
       for (size_t i = 0; i < counter_names.size(); ++i) md << "|---:";
       if (has_reference) md << "|---:|---:";
       md << "|\n";
       for (const auto& r : rows) {
         md << "| `" << md_escape(display_name(r.name)) << "` | " << (r.error.empty() ? time_text(r.real_time, r.time_unit) : "error: " + md_escape(r.error))
            << " | " << number(r.items_per_second);
+        if (has_bytes) md << " | " << number(r.bytes_per_second / 1e6);
         for (const auto& c : counter_names) md << " | " << (r.counters.count(c) ? number(r.counters.at(c)) : "–");
         if (has_reference) {
           const auto* ref = reference_for(r.name);

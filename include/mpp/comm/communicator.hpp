@@ -86,7 +86,9 @@ class Communicator {
     }
   }
 
-  void all_reduce(const at::Tensor& t, ReduceOp op = ReduceOp::sum) const { group_.all_reduce(t, op); }
+  void all_reduce(const at::Tensor& t, ReduceOp op = ReduceOp::sum) const {
+    group_.all_reduce(t, op);
+  }
   void all_reduce_mean(const at::Tensor& t) const { group_.all_reduce_mean(t); }
   void broadcast(const at::Tensor& t, int root) const { group_.broadcast(t, root); }
   void barrier() const { group_.barrier(); }

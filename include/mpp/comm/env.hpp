@@ -4,7 +4,8 @@
 // torchrun started by srun still reads torchrun's per-process values):
 //   torchrun / mpprun : RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK or NODE_RANK
 //   Open MPI (mpirun) : OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
-//   SLURM (srun)      : SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_TASKS_PER_NODE
+//   SLURM (srun)      : SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
+//   SLURM_TASKS_PER_NODE
 // and, for every launcher, MASTER_ADDR / MASTER_PORT: where rank 0 hosts the rendezvous store.
 // Torch-free on purpose: parsing is plain text and is tested without processes.
 #include <charconv>
@@ -23,21 +24,25 @@ enum class Launcher { single, torchrun, open_mpi, slurm };
 
 constexpr std::string_view launcher_name(Launcher l) {
   switch (l) {
-    case Launcher::single: return "single process";
-    case Launcher::torchrun: return "torchrun/mpprun";
-    case Launcher::open_mpi: return "Open MPI";
-    case Launcher::slurm: return "SLURM";
+    case Launcher::single:
+      return "single process";
+    case Launcher::torchrun:
+      return "torchrun/mpprun";
+    case Launcher::open_mpi:
+      return "Open MPI";
+    case Launcher::slurm:
+      return "SLURM";
   }
   return "?";
 }
 
 /// One rank's place in the job, as its launcher described it.
 struct Environment {
-  int rank = 0;              // global rank, in [0, world_size)
-  int world_size = 1;        // number of ranks in the job
-  int local_rank = 0;        // rank among the processes of this host
-  int local_world_size = 1;  // processes on this host
-  int node_rank = 0;         // which host (node) this is, in [0, nodes)
+  int rank = 0;                           // global rank, in [0, world_size)
+  int world_size = 1;                     // number of ranks in the job
+  int local_rank = 0;                     // rank among the processes of this host
+  int local_world_size = 1;               // processes on this host
+  int node_rank = 0;                      // which host (node) this is, in [0, nodes)
   std::string master_addr = "127.0.0.1";  // host of rank 0, which serves the rendezvous store
   int master_port = 29500;
   Launcher launcher = Launcher::single;
@@ -64,9 +69,9 @@ inline int parse_int(std::string_view name, const std::string& text, int min_val
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || end != text.data() + text.size() || value < min_value)
     throw EnvironmentError(std::string(name),
-                           "mpp: " + std::string(name) + "='" + text + "' is not an integer >= " +
-                               std::to_string(min_value) + "; fix the variable or " +
-                               std::string(launch_hint));
+                           "mpp: " + std::string(name) + "='" + text +
+                               "' is not an integer >= " + std::to_string(min_value) +
+                               "; fix the variable or " + std::string(launch_hint));
   return value;
 }
 
@@ -114,11 +119,11 @@ inline std::optional<int> slurm_tasks_on_node(const std::string& list, int node)
 inline void check_range(std::string_view name, int value, std::string_view bound_name, int bound,
                         std::string_view why) {
   if (value >= bound)
-    throw EnvironmentError(std::string(name),
-                           "mpp: " + std::string(name) + "=" + std::to_string(value) +
-                               " is outside [0, " + std::string(bound_name) + "=" +
-                               std::to_string(bound) + "); " + std::string(why) + "; " +
-                               std::string(launch_hint));
+    throw EnvironmentError(std::string(name), "mpp: " + std::string(name) + "=" +
+                                                  std::to_string(value) + " is outside [0, " +
+                                                  std::string(bound_name) + "=" +
+                                                  std::to_string(bound) + "); " + std::string(why) +
+                                                  "; " + std::string(launch_hint));
 }
 
 }  // namespace detail
@@ -135,8 +140,8 @@ Environment parse_environment(Lookup get) {
   Environment env;
 
   const bool has_torchrun = lookup_nonempty(get, "RANK") || lookup_nonempty(get, "WORLD_SIZE");
-  const bool has_ompi = lookup_nonempty(get, "OMPI_COMM_WORLD_RANK") ||
-                        lookup_nonempty(get, "OMPI_COMM_WORLD_SIZE");
+  const bool has_ompi =
+      lookup_nonempty(get, "OMPI_COMM_WORLD_RANK") || lookup_nonempty(get, "OMPI_COMM_WORLD_SIZE");
   const bool has_slurm = lookup_nonempty(get, "SLURM_PROCID").has_value();
 
   std::string rank_var, size_var, local_rank_var, local_size_var;
@@ -157,9 +162,11 @@ Environment parse_environment(Lookup get) {
         "RANK",
         "mpp: RANK and WORLD_SIZE are not set (nor SLURM_PROCID/SLURM_NTASKS or "
         "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE), so this process does not know its place in "
-        "the job; " + std::string(detail::launch_hint));
+        "the job; " +
+            std::string(detail::launch_hint));
   }
-  const std::string from = " (read from " + std::string(launcher_name(env.launcher)) + " variables)";
+  const std::string from =
+      " (read from " + std::string(launcher_name(env.launcher)) + " variables)";
 
   env.world_size = require_int(get, size_var, rank_var + " is set" + from, 1);
   env.rank = require_int(get, rank_var, size_var + " is set" + from, 0);
@@ -196,12 +203,13 @@ Environment parse_environment(Lookup get) {
   env.local_world_size = *local_size;
   env.local_rank = local_rank.value_or(env.rank % env.local_world_size);
   if (env.local_world_size > env.world_size)
-    throw EnvironmentError(local_size_var,
-                           "mpp: " + local_size_var + "=" + std::to_string(env.local_world_size) +
-                               " exceeds " + size_var + "=" + std::to_string(env.world_size) +
-                               "; a host cannot hold more ranks than the job; " +
-                               std::string(detail::launch_hint));
-  check_range(local_rank_var, env.local_rank, local_size_var, env.local_world_size, "the local rank must be below the number of ranks on this host");
+    throw EnvironmentError(local_size_var, "mpp: " + local_size_var + "=" +
+                                               std::to_string(env.local_world_size) + " exceeds " +
+                                               size_var + "=" + std::to_string(env.world_size) +
+                                               "; a host cannot hold more ranks than the job; " +
+                                               std::string(detail::launch_hint));
+  check_range(local_rank_var, env.local_rank, local_size_var, env.local_world_size,
+              "the local rank must be below the number of ranks on this host");
 
   // Node rank.
   std::optional<int> node_rank;
@@ -215,7 +223,8 @@ Environment parse_environment(Lookup get) {
       throw EnvironmentError("NODE_RANK", "mpp: GROUP_RANK=" + std::to_string(*group_rank) +
                                               " and NODE_RANK=" + std::to_string(*plain_node_rank) +
                                               " disagree about which node this is; unset one of "
-                                              "them or " + std::string(detail::launch_hint));
+                                              "them or " +
+                                              std::string(detail::launch_hint));
     node_rank = group_rank ? group_rank : plain_node_rank;
     node_var = group_rank ? "GROUP_RANK" : "NODE_RANK";
   }
@@ -229,12 +238,14 @@ Environment parse_environment(Lookup get) {
     // with the same --node-rank or different --nproc-per-node.
     if (env.launcher != Launcher::slurm && local_rank &&
         env.rank != env.node_rank * env.local_world_size + env.local_rank)
-      throw EnvironmentError(
-          rank_var, "mpp: " + rank_var + "=" + std::to_string(env.rank) + " contradicts " +
-                        node_var + "=" + std::to_string(env.node_rank) + " x " + local_size_var +
-                        "=" + std::to_string(env.local_world_size) + " + " + local_rank_var + "=" +
-                        std::to_string(env.local_rank) + "; give each node its own --node-rank "
-                        "and the same --nproc-per-node, or " + std::string(detail::launch_hint));
+      throw EnvironmentError(rank_var, "mpp: " + rank_var + "=" + std::to_string(env.rank) +
+                                           " contradicts " + node_var + "=" +
+                                           std::to_string(env.node_rank) + " x " + local_size_var +
+                                           "=" + std::to_string(env.local_world_size) + " + " +
+                                           local_rank_var + "=" + std::to_string(env.local_rank) +
+                                           "; give each node its own --node-rank "
+                                           "and the same --nproc-per-node, or " +
+                                           std::string(detail::launch_hint));
   }
 
   // Rendezvous address: only needed when there is someone to meet.
@@ -245,15 +256,18 @@ Environment parse_environment(Lookup get) {
       throw EnvironmentError(
           "MASTER_ADDR",
           "mpp: MASTER_ADDR is not set but " + size_var + "=" + std::to_string(env.world_size) +
-              from + "; every rank needs the host of rank 0: export MASTER_ADDR=<that host> "
-              "(under SLURM: export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
-              "head -n 1)) or " + std::string(detail::launch_hint));
+              from +
+              "; every rank needs the host of rank 0: export MASTER_ADDR=<that host> "
+              "(under SLURM: export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" "
+              "| "
+              "head -n 1)) or " +
+              std::string(detail::launch_hint));
     if (!port)
       throw EnvironmentError(
-          "MASTER_PORT", "mpp: MASTER_PORT is not set but " + size_var + "=" +
-                             std::to_string(env.world_size) + from +
-                             "; export the same free port on every rank (e.g. MASTER_PORT=29500) or " +
-                             std::string(detail::launch_hint));
+          "MASTER_PORT",
+          "mpp: MASTER_PORT is not set but " + size_var + "=" + std::to_string(env.world_size) +
+              from + "; export the same free port on every rank (e.g. MASTER_PORT=29500) or " +
+              std::string(detail::launch_hint));
   }
   if (addr) env.master_addr = *addr;
   if (port) {

@@ -65,13 +65,20 @@ inline std::string rank_list(const std::vector<int>& ranks) {
 
 inline c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return c10d::ReduceOp::SUM;
-    case ReduceOp::product: return c10d::ReduceOp::PRODUCT;
-    case ReduceOp::min: return c10d::ReduceOp::MIN;
-    case ReduceOp::max: return c10d::ReduceOp::MAX;
-    case ReduceOp::band: return c10d::ReduceOp::BAND;
-    case ReduceOp::bor: return c10d::ReduceOp::BOR;
-    case ReduceOp::bxor: return c10d::ReduceOp::BXOR;
+    case ReduceOp::sum:
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::product:
+      return c10d::ReduceOp::PRODUCT;
+    case ReduceOp::min:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::max:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::band:
+      return c10d::ReduceOp::BAND;
+    case ReduceOp::bor:
+      return c10d::ReduceOp::BOR;
+    case ReduceOp::bxor:
+      return c10d::ReduceOp::BXOR;
   }
   return c10d::ReduceOp::SUM;
 }
@@ -89,24 +96,31 @@ inline WirePlan reduce_wire_plan(at::ScalarType dtype, ReduceOp op) {
   const bool integral = at::isIntegralType(dtype, /*includeBool=*/true);
   if (bitwise && !integral)
     throw std::invalid_argument("mpp: all_reduce(" + std::string(reduce_op_name(op)) +
-                                ") needs an integer or bool tensor (got " +
-                                c10::toString(dtype) + "); use sum/product/min/max");
+                                ") needs an integer or bool tensor (got " + c10::toString(dtype) +
+                                "); use sum/product/min/max");
   switch (dtype) {
-    case at::kFloat: case at::kDouble: case at::kHalf:
-    case at::kChar: case at::kByte: case at::kInt: case at::kLong:
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kChar:
+    case at::kByte:
+    case at::kInt:
+    case at::kLong:
       return {dtype, op};
     case at::kBFloat16:
       return {at::kFloat, op};  // reduce in float32, round once when copying back
     case at::kShort:
       return {at::kInt, op};
     case at::kBool:  // as bytes: sum = logical or, product = logical and
-      return {at::kByte, op == ReduceOp::sum ? ReduceOp::max
-                         : op == ReduceOp::product ? ReduceOp::min : op};
-    case at::kComplexFloat: case at::kComplexDouble:
+      return {at::kByte, op == ReduceOp::sum       ? ReduceOp::max
+                         : op == ReduceOp::product ? ReduceOp::min
+                                                   : op};
+    case at::kComplexFloat:
+    case at::kComplexDouble:
       if (op != ReduceOp::sum)
-        throw std::invalid_argument("mpp: all_reduce(" + std::string(reduce_op_name(op)) +
-                                    ") of " + c10::toString(dtype) +
-                                    " has no meaning elementwise on (re, im); only sum is supported");
+        throw std::invalid_argument(
+            "mpp: all_reduce(" + std::string(reduce_op_name(op)) + ") of " + c10::toString(dtype) +
+            " has no meaning elementwise on (re, im); only sum is supported");
       return {dtype == at::kComplexFloat ? at::kFloat : at::kDouble, op, true};
     default:
       throw std::invalid_argument(std::string("mpp: all_reduce of ") + c10::toString(dtype) +
@@ -147,7 +161,8 @@ void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
   }
 }
 
-inline c10::intrusive_ptr<c10d::ProcessGroup> connect_group(const GroupState& g, int rank, int size) {
+inline c10::intrusive_ptr<c10d::ProcessGroup> connect_group(const GroupState& g, int rank,
+                                                            int size) {
   auto store = c10::make_intrusive<c10d::PrefixStore>(g.prefix, g.store);
   try {
     return g.make(store, rank, size, g.device, g.options.timeout);
@@ -164,12 +179,14 @@ inline c10::intrusive_ptr<c10d::ProcessGroup> connect_group(const GroupState& g,
 inline std::string launch_text(const Environment& env) {
   return "start all " + std::to_string(env.world_size) +
          " ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, e.g. "
-         "`mpprun --nproc-per-node " + std::to_string(env.world_size) + " <program>`";
+         "`mpprun --nproc-per-node " +
+         std::to_string(env.world_size) + " <program>`";
 }
 
 /// Connects to (rank 0: serves) the job's TCPStore, then waits until every rank has announced
 /// itself there, so that a missing rank is named instead of surfacing as a Gloo timeout.
-inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env, const CommOptions& options,
+inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env,
+                                                  const CommOptions& options,
                                                   std::chrono::steady_clock::time_point deadline) {
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string launch = launch_text(env);
@@ -193,8 +210,8 @@ inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env, const 
                       "mpp: rank " + std::to_string(env.rank) +
                           " could not reach the rendezvous store of rank 0 at " + where +
                           " within " + std::to_string(options.init_timeout.count()) +
-                          " ms (is rank 0 running?); " + launch + " [c10d: " +
-                          detail::error_text(e) + "]");
+                          " ms (is rank 0 running?); " + launch +
+                          " [c10d: " + detail::error_text(e) + "]");
   }
   // The store's own timeout bounded the connection attempt; from here on our deadlines rule.
   store->setTimeout(std::max(options.init_timeout, options.timeout));
@@ -206,8 +223,8 @@ inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env, const 
     return CommTimeout("init", missing.front(), options.init_timeout,
                        "mpp: init on rank " + std::to_string(env.rank) + " timed out after " +
                            std::to_string(options.init_timeout.count()) + " ms: rank(s) " +
-                           detail::rank_list(missing) + " of WORLD_SIZE=" +
-                           std::to_string(env.world_size) +
+                           detail::rank_list(missing) +
+                           " of WORLD_SIZE=" + std::to_string(env.world_size) +
                            " never reached the rendezvous at " + where + "; " + launch);
   });
   return store;
@@ -292,7 +309,7 @@ class ProcessGroup {
   void broadcast(const at::Tensor& tensor, int root) const { post_broadcast(tensor, root).wait(); }
   void barrier() const {
     auto& s = member();
-    auto info = op_info("barrier", -1, -1, group_text());
+    auto info = op_info("barrier", -1, -1, at::Tensor(), /*collective=*/true);
     c10d::BarrierOptions opts;
     opts.timeout = s.options.timeout;
     Request(call(info, [&] { return s.pg->barrier(opts); }), info).wait();
@@ -386,8 +403,9 @@ class ProcessGroup {
  private:
   const detail::GroupState& state() const {
     if (!state_)
-      throw std::logic_error("mpp: this ProcessGroup handle is empty; create one with "
-                             "mpp::init_process_group()");
+      throw std::logic_error(
+          "mpp: this ProcessGroup handle is empty; create one with "
+          "mpp::init_process_group()");
     return *state_;
   }
   const detail::GroupState& member() const {
@@ -399,13 +417,9 @@ class ProcessGroup {
     return s;
   }
 
-  std::string group_text() const {
-    const auto& s = state();
-    return s.prefix == "mpp/0" ? "world of " + std::to_string(s.global_ranks.size())
-                               : "group " + detail::rank_list(s.global_ranks);
-  }
-
-  detail::OpInfo op_info(std::string_view op, int peer, int tag, std::string subject) const {
+  detail::OpInfo op_info(std::string_view op, int peer, int tag, const at::Tensor& tensor,
+                         bool collective = false, std::string_view reduction = {},
+                         int root = -1) const {
     const auto& s = member();
     detail::OpInfo info;
     info.operation = op;
@@ -414,7 +428,14 @@ class ProcessGroup {
     info.tag = tag;
     info.rank = s.rank;
     info.deadline = s.options.timeout;
-    info.subject = std::move(subject);
+    info.tensor = tensor;
+    info.collective = collective;
+    info.reduction = reduction;
+    info.root = root;
+    if (collective) {
+      info.group = std::shared_ptr<const std::vector<int>>(state_, &state_->global_ranks);
+      info.world = s.prefix == "mpp/0";
+    }
     return info;
   }
 
@@ -429,8 +450,8 @@ class ProcessGroup {
 
   void check_peer(std::string_view op, int peer, int tag) const {
     if (peer < 0 || peer >= size() || peer == rank())
-      throw std::invalid_argument("mpp: " + std::string(op) + " peer rank " +
-                                  std::to_string(peer) + " must be another rank of this group of " +
+      throw std::invalid_argument("mpp: " + std::string(op) + " peer rank " + std::to_string(peer) +
+                                  " must be another rank of this group of " +
                                   std::to_string(size()) + " (this is rank " +
                                   std::to_string(rank()) + ")");
     if (tag < 0)
@@ -449,27 +470,30 @@ class ProcessGroup {
   Request post_send(std::string_view op, const at::Tensor& tensor, int dst, int tag) const {
     check_tensor(op, tensor);
     check_peer(op, dst, tag);
-    auto info = op_info(op, dst, tag, detail::describe_tensor(tensor));
+    auto info = op_info(op, dst, tag, tensor);
     if (tensor.numel() == 0) return {};
-    at::Tensor wire = tensor.resolve_conj().resolve_neg().contiguous();
-    return Request(call(info, [&] {
-                     std::vector<at::Tensor> v{wire};
-                     return member().pg->send(v, dst, tag);
-                   }),
+    const bool in_place = tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg();
+    at::Tensor wire = in_place ? tensor : tensor.resolve_conj().resolve_neg().contiguous();
+    return Request(call(info,
+                        [&] {
+                          std::vector<at::Tensor> v{wire};
+                          return member().pg->send(v, dst, tag);
+                        }),
                    std::move(info), wire);
   }
 
   Request post_recv(std::string_view op, const at::Tensor& tensor, int src, int tag) const {
     check_tensor(op, tensor);
     check_peer(op, src, tag);
-    auto info = op_info(op, src, tag, detail::describe_tensor(tensor));
+    auto info = op_info(op, src, tag, tensor);
     if (tensor.numel() == 0) return {};
     const bool in_place = tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg();
     at::Tensor wire = in_place ? tensor : at::empty_like(tensor, at::MemoryFormat::Contiguous);
-    return Request(call(info, [&] {
-                     std::vector<at::Tensor> v{wire};
-                     return member().pg->recv(v, src, tag);
-                   }),
+    return Request(call(info,
+                        [&] {
+                          std::vector<at::Tensor> v{wire};
+                          return member().pg->recv(v, src, tag);
+                        }),
                    std::move(info), wire, in_place ? at::Tensor() : tensor);
   }
 
@@ -477,14 +501,13 @@ class ProcessGroup {
                           bool mean) const {
     check_tensor(op_name, tensor);
     const auto& s = member();
-    if (mean && !(at::isFloatingType(tensor.scalar_type()) ||
-                  at::isComplexType(tensor.scalar_type())))
+    if (mean &&
+        !(at::isFloatingType(tensor.scalar_type()) || at::isComplexType(tensor.scalar_type())))
       throw std::invalid_argument(std::string("mpp: all_reduce_mean needs a floating-point tensor "
-                                              "(got ") + c10::toString(tensor.scalar_type()) +
+                                              "(got ") +
+                                  c10::toString(tensor.scalar_type()) +
                                   "); use all_reduce(sum) and divide as your integers require");
-    auto info = op_info(op_name, -1, -1,
-                        std::string(reduce_op_name(op)) + " of " + detail::describe_tensor(tensor) +
-                            " over the " + group_text());
+    auto info = op_info(op_name, -1, -1, tensor, true, reduce_op_name(op));
     const detail::WirePlan plan = detail::reduce_wire_plan(tensor.scalar_type(), op);
     const bool in_place = plan.dtype == tensor.scalar_type() || plan.complex_as_real;
     const bool layout_ok = tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg();
@@ -516,9 +539,7 @@ class ProcessGroup {
     if (root < 0 || root >= size())
       throw std::invalid_argument("mpp: broadcast root " + std::to_string(root) +
                                   " is outside this group of " + std::to_string(size()) + " ranks");
-    auto info = op_info("broadcast", root == rank() ? -1 : root, -1,
-                        detail::describe_tensor(tensor) + " from rank " + std::to_string(root) +
-                            " over the " + group_text());
+    auto info = op_info("broadcast", root == rank() ? -1 : root, -1, tensor, true, {}, root);
     if (tensor.numel() == 0) return {};
     // Broadcast moves bytes: any dtype travels as uint8 through a contiguous buffer.
     const bool in_place = tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg();
@@ -559,12 +580,13 @@ ProcessGroup init_process_group(const Environment& env, CommOptions options) {
     // on MASTER_PORT), so the rendezvous runs on its own thread under a hard deadline.
     state->store = detail::run_with_deadline(
         [env, options, deadline] { return detail::rendezvous(env, options, deadline); },
-        options.init_timeout + std::chrono::seconds(2), [&] {
+        options.init_timeout + std::chrono::seconds(2),
+        [&] {
           return CommTimeout("init", 0, options.init_timeout,
                              "mpp: rank " + std::to_string(env.rank) +
-                                 " got no answer from the rendezvous store at " +
-                                 env.master_addr + ":" + std::to_string(env.master_port) +
-                                 " within " + std::to_string(options.init_timeout.count()) +
+                                 " got no answer from the rendezvous store at " + env.master_addr +
+                                 ":" + std::to_string(env.master_port) + " within " +
+                                 std::to_string(options.init_timeout.count()) +
                                  " ms; is another program listening on MASTER_PORT? " +
                                  detail::launch_text(env));
         });
@@ -574,9 +596,10 @@ ProcessGroup init_process_group(const Environment& env, CommOptions options) {
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
-    throw CommError("init", -1, "mpp: cannot open a " + std::string(Backend::name) +
-                                    " device: " + detail::error_text(e) +
-                                    "; set MPP_SOCKET_IFNAME to a network interface of this host");
+    throw CommError("init", -1,
+                    "mpp: cannot open a " + std::string(Backend::name) +
+                        " device: " + detail::error_text(e) +
+                        "; set MPP_SOCKET_IFNAME to a network interface of this host");
   }
   state->pg = detail::connect_group(*state, env.rank, env.world_size);
   return ProcessGroup(state);

@@ -8,13 +8,20 @@ enum class ReduceOp { sum, product, min, max, band, bor, bxor };
 
 constexpr std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::product: return "product";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
-    case ReduceOp::band: return "band";
-    case ReduceOp::bor: return "bor";
-    case ReduceOp::bxor: return "bxor";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::product:
+      return "product";
+    case ReduceOp::min:
+      return "min";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::band:
+      return "band";
+    case ReduceOp::bor:
+      return "bor";
+    case ReduceOp::bxor:
+      return "bxor";
   }
   return "?";
 }

@@ -18,10 +18,12 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "mpp/comm/error.hpp"
 
@@ -29,22 +31,47 @@ namespace mpp {
 
 namespace detail {
 
-/// What a pending operation is, for error messages.
-struct OpInfo {
-  std::string_view operation;  // "send", "recv", "all_reduce", ... (string literals)
-  int peer = -1;               // group rank of the peer; -1 for collectives
-  int peer_global = -1;        // the same peer's global rank (differs inside sub-groups)
-  int tag = -1;
-  int rank = -1;               // this rank in the group
-  std::chrono::milliseconds deadline{0};
-  std::string subject;         // tensor and group description
-};
-
 inline std::string describe_tensor(const at::Tensor& t) {
   std::ostringstream out;
   out << c10::toString(t.scalar_type()) << t.sizes();
   return out.str();
 }
+
+/// What a pending operation is, for error messages. Only cheap fields are filled per call; the
+/// text is composed when an error is raised, so the fast path builds no strings.
+struct OpInfo {
+  std::string_view operation;  // "send", "recv", "all_reduce", ... (string literals)
+  int peer = -1;               // group rank of the peer; -1 for collectives
+  int peer_global = -1;        // the same peer's global rank (differs inside sub-groups)
+  int tag = -1;
+  int rank = -1;  // this rank in the group
+  std::chrono::milliseconds deadline{0};
+  at::Tensor tensor;               // the caller's tensor (for its dtype and shape)
+  std::string_view reduction;      // collectives: "sum", "max", ...
+  int root = -1;                   // broadcast: the root's group rank
+  bool collective = false;
+  std::shared_ptr<const std::vector<int>> group;  // global ranks of the group
+  bool world = true;                              // the group is the whole job
+
+  std::string subject() const {
+    std::string s;
+    if (!reduction.empty()) s += std::string(reduction) + " of ";
+    if (tensor.defined()) s += describe_tensor(tensor);
+    if (root >= 0) s += " from rank " + std::to_string(root);
+    if (collective && group) {
+      if (!s.empty()) s += " ";
+      if (world) {
+        s += "over the world of " + std::to_string(group->size());
+      } else {
+        s += "over the group [";
+        for (std::size_t i = 0; i < group->size(); ++i)
+          s += (i ? ", " : "") + std::to_string((*group)[i]);
+        s += "]";
+      }
+    }
+    return s;
+  }
+};
 
 inline std::string error_text(const std::exception& e) {
   if (auto* c10_error = dynamic_cast<const c10::Error*>(&e))
@@ -60,14 +87,14 @@ inline std::string op_heading(const OpInfo& info) {
   std::string s = "mpp: " + std::string(info.operation);
   if (info.peer >= 0) {
     s += (info.operation.substr(0, 4) == "recv" || info.operation == "irecv") ? " from rank "
-                                                                               : " to rank ";
+                                                                              : " to rank ";
     s += std::to_string(info.peer);
     if (info.peer_global >= 0 && info.peer_global != info.peer)
       s += " (global rank " + std::to_string(info.peer_global) + ")";
   }
   s += " [";
   if (info.tag >= 0) s += "tag " + std::to_string(info.tag) + ", ";
-  s += info.subject + "] on rank " + std::to_string(info.rank);
+  s += info.subject() + "] on rank " + std::to_string(info.rank);
   return s;
 }
 
@@ -76,7 +103,8 @@ inline std::string op_heading(const OpInfo& info) {
   const bool timed_out =
       looks_like_timeout(cause) || elapsed >= info.deadline - std::chrono::milliseconds(50);
   if (timed_out) {
-    std::string who = info.peer >= 0 ? "rank " + std::to_string(info.peer) + " may be stuck, dead, "
+    std::string who = info.peer >= 0 ? "rank " + std::to_string(info.peer) +
+                                           " may be stuck, dead, "
                                            "or waiting on another tag"
                                      : "some rank of the group has not joined this collective "
                                        "(stuck, dead, or calling collectives in another order)";
@@ -84,7 +112,8 @@ inline std::string op_heading(const OpInfo& info) {
                       op_heading(info) + " did not complete within " +
                           std::to_string(info.deadline.count()) + " ms; " + who +
                           " (raise the deadline with CommOptions::timeout or MPP_TIMEOUT_S if the "
-                          "peer is just slow) [c10d: " + cause + "]");
+                          "peer is just slow) [c10d: " +
+                          cause + "]");
   }
   std::string hint = cause.find("closed by peer") != std::string::npos ||
                              cause.find("Connection reset") != std::string::npos

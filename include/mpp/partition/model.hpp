@@ -55,9 +55,7 @@ std::vector<std::int64_t> layer_costs(const M& model) {
 }
 
 /// Which model piece is chunk `chunk` of rank `rank` (Megatron's interleaving: c·P + r).
-constexpr int piece_index(int rank, int chunk, int stages) {
-  return chunk * stages + rank;
-}
+constexpr int piece_index(int rank, int chunk, int stages) { return chunk * stages + rank; }
 
 /// One model piece held by this rank.
 struct LocalPiece {
@@ -67,6 +65,7 @@ struct LocalPiece {
   torch::nn::Sequential module;
 };
 
+// [quote:build_local_pieces]
 /// Builds only this rank's pieces: nothing outside them is ever allocated.
 template <partition P, layered_model M>
 std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_per_rank) {
@@ -85,5 +84,6 @@ std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_
   }
   return local;
 }
+// [/quote:build_local_pieces]
 
 }  // namespace mpp

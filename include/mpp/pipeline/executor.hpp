@@ -13,9 +13,13 @@
 // the input and the graph is rebuilt right before the micro-batch's first backward op.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/modules/container/sequential.h>
 
 #include <cstdint>
@@ -51,9 +55,7 @@ constexpr int activation_tag(int from_stage, int micro_batch, int stages) {
 constexpr int gradient_tag(int to_stage, int micro_batch, int stages) {
   return ((micro_batch * stages + to_stage) * 3) + 1;
 }
-constexpr int header_tag(int from_stage) {
-  return from_stage * 3 + 2;
-}
+constexpr int header_tag(int from_stage) { return from_stage * 3 + 2; }
 
 template <comm_policy C>
 class Executor {
@@ -71,7 +73,11 @@ class Executor {
       int index = 0;
       for (auto& module : *piece.module) {
         auto params = module.ptr()->parameters();
-        if (!params.empty()) layers.push_back({index, std::move(params)});
+        if (!params.empty()) {
+          torch::autograd::edge_list edges;
+          for (const auto& p : params) edges.push_back(torch::autograd::impl::gradient_edge(p));
+          layers.push_back({index, std::move(params), std::move(edges)});
+        }
         ++index;
       }
       param_layers_.push_back(std::move(layers));
@@ -95,6 +101,7 @@ class Executor {
     const StepScope scope(this, &step);
     begin_step(inputs, targets);
     {
+      // [quote:dispatch]
       for (const Action& a : actions_) {
         switch (a.op) {
           case Op::F:
@@ -123,6 +130,7 @@ class Executor {
             break;
         }
       }
+      // [/quote:dispatch]
       const auto t0 = recorder_.now();
       step.pending_sends.wait_all();
       recorder_.record(trace::EventKind::send_wait, Op::SEND_F, -1, 0, -1, t0, recorder_.now());
@@ -137,8 +145,9 @@ class Executor {
 
  private:
   struct LayerParams {
-    int index;                       // position in the piece's Sequential
-    std::vector<at::Tensor> params;  // what W accumulates into
+    int index;                               // position in the piece's Sequential
+    std::vector<at::Tensor> params;          // what W accumulates into
+    torch::autograd::edge_list param_edges;  // their gradient accumulators
   };
 
   struct Slot {
@@ -156,8 +165,10 @@ class Executor {
     bool input_grad_done = false;         // split backward: I ran, W may follow
     std::vector<std::int64_t> out_shape;  // shape of the output (what RECV_B receives)
     c10::ScalarType out_dtype = c10::kFloat;
-    std::vector<at::Tensor> layer_outputs;  // split backward: output of each layer with params
-    std::vector<at::Tensor> layer_grads;    // ... and the gradient w.r.t. it (after I)
+    // Split backward: where each layer with parameters hands its output to the graph (an edge,
+    // not the tensor, so that its bytes are not kept alive) and the gradient there (after I).
+    torch::autograd::edge_list layer_edges;
+    std::vector<at::Tensor> layer_grads;
     std::int64_t held_bytes = 0;
     bool in_flight = false;
   };
@@ -272,12 +283,12 @@ class Executor {
     produced.reserve(seq->size());
     std::size_t next_param_layer = 0;
     int index = 0;
-    if (record) s.layer_outputs.clear();
+    if (record) s.layer_edges.clear();
     for (auto& module : *seq) {
       x = module.forward<at::Tensor>(x);
       if (x.has_storage()) produced.push_back(x.storage().getWeakStorageImpl());
       if (record && next_param_layer < layers.size() && layers[next_param_layer].index == index) {
-        s.layer_outputs.push_back(x);
+        s.layer_edges.push_back(torch::autograd::impl::gradient_edge(x));
         ++next_param_layer;
       }
       ++index;
@@ -301,7 +312,6 @@ class Executor {
     };
     add_tensor(s.input);
     add_tensor(keep_output);
-    for (const auto& t : s.layer_outputs) add_tensor(t);
     for (auto& weak : pending_weak_) {
       auto strong = weak.lock();
       if (strong) add(strong.get(), static_cast<std::int64_t>(strong->nbytes()));
@@ -380,6 +390,7 @@ class Executor {
 
   bool uses_split_backward() const { return has_split_backward_; }
 
+  // [quote:rebuild_graph]
   /// Under Recompute: the forward again, this time with the graph (and layer outputs if split).
   template <class LossFn>
   void rebuild_graph(const Action& a, Slot& s, LossFn& loss_fn, bool split) {
@@ -400,6 +411,7 @@ class Executor {
     recorder_.record(trace::EventKind::recompute, Op::F, a.micro_batch, a.chunk, -1, t0,
                      recorder_.now());
   }
+  // [/quote:rebuild_graph]
 
   /// B (split = false): input and weight gradients. I (split = true): input gradient and the
   /// gradient at every layer output, keeping the graph for W.
@@ -427,26 +439,28 @@ class Executor {
       finish_slot(s);
       return;
     }
-    // I: gradients w.r.t. the input and every layer output, nothing accumulated into parameters.
-    std::vector<at::Tensor> wrt;
-    if (want_input) wrt.push_back(s.input);
-    std::size_t root_index = s.layer_outputs.size();  // a layer output that is the root itself
-    for (std::size_t j = 0; j < s.layer_outputs.size(); ++j) {
-      if (!last && s.layer_outputs[j].unsafeGetTensorImpl() == root.unsafeGetTensorImpl())
+    // I: gradients w.r.t. the input and at every layer output, nothing accumulated into the
+    // parameters; the graph is kept for W.
+    const torch::autograd::Edge root_edge = torch::autograd::impl::gradient_edge(root);
+    torch::autograd::edge_list wrt;
+    if (want_input) wrt.push_back(torch::autograd::impl::gradient_edge(s.input));
+    std::size_t root_index = s.layer_edges.size();  // a layer output that is the root itself
+    for (std::size_t j = 0; j < s.layer_edges.size(); ++j) {
+      if (!last && s.layer_edges[j] == root_edge)
         root_index = j;
       else
-        wrt.push_back(s.layer_outputs[j]);
+        wrt.push_back(s.layer_edges[j]);
     }
     std::vector<at::Tensor> grads;
     if (!wrt.empty())
-      grads = torch::autograd::grad(
-          {root}, wrt, last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{grad_out},
-          /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
+      grads = torch::autograd::Engine::get_default_engine().execute(
+          {root_edge}, {last ? at::ones_like(root) : grad_out}, /*keep_graph=*/true,
+          /*create_graph=*/false, /*accumulate_grad=*/false, wrt);
     std::size_t g = 0;
     if (want_input) s.input_grad = grads[g++];
-    s.layer_grads.assign(s.layer_outputs.size(), at::Tensor());
+    s.layer_grads.assign(s.layer_edges.size(), at::Tensor());
     std::int64_t grad_bytes = 0;
-    for (std::size_t j = 0; j < s.layer_outputs.size(); ++j) {
+    for (std::size_t j = 0; j < s.layer_edges.size(); ++j) {
       s.layer_grads[j] = j == root_index ? grad_out : grads[g++];
       if (s.layer_grads[j].defined())
         grad_bytes += static_cast<std::int64_t>(s.layer_grads[j].nbytes());
@@ -458,6 +472,7 @@ class Executor {
                      recorder_.now());
   }
 
+  // [quote:weight_grad]
   /// W: each layer's parameter gradients from its own output gradient, through its local graph.
   void weight_grad(const Action& a) {
     Slot& s = slot(a.chunk, a.micro_batch);
@@ -466,10 +481,11 @@ class Executor {
                            stage_text(stage_of(a.chunk)) + " before its I; the table is invalid");
     const auto t0 = recorder_.now();
     const auto& layers = param_layers_[static_cast<std::size_t>(a.chunk)];
-    for (std::size_t j = 0; j < s.layer_outputs.size(); ++j) {
+    auto& engine = torch::autograd::Engine::get_default_engine();
+    for (std::size_t j = 0; j < s.layer_edges.size(); ++j) {
       if (!s.layer_grads[j].defined()) continue;  // the layer does not reach the root
-      torch::autograd::backward({s.layer_outputs[j]}, {s.layer_grads[j]}, /*retain_graph=*/false,
-                                /*create_graph=*/false, layers[j].params);
+      engine.execute({s.layer_edges[j]}, {s.layer_grads[j]}, /*keep_graph=*/false,
+                     /*create_graph=*/false, /*accumulate_grad=*/true, layers[j].param_edges);
     }
     recorder_.record(trace::EventKind::weight_grad, Op::W, a.micro_batch, a.chunk, -1, t0,
                      recorder_.now());
@@ -477,13 +493,14 @@ class Executor {
     finish_slot(s);
     s.input_grad = keep_input_grad;
   }
+  // [/quote:weight_grad]
 
   void finish_slot(Slot& s) {
     release(s);
     s.input = at::Tensor();
     s.output = at::Tensor();
     s.loss = at::Tensor();
-    s.layer_outputs.clear();
+    s.layer_edges.clear();
     s.layer_grads.clear();
     s.graph_ready = false;
     s.input_grad_done = false;

@@ -32,6 +32,7 @@ struct MicroBatchPlan {
   }
 };
 
+// [quote:plan]
 /// `who` names the schedule in messages ("GPipe<8>"); `need_equal` rejects uneven splits.
 inline MicroBatchPlan plan_micro_batches(std::int64_t batch, int micro_batches,
                                          const std::string& who, bool need_equal = false) {
@@ -60,6 +61,7 @@ inline MicroBatchPlan plan_micro_batches(std::int64_t batch, int micro_batches,
   }
   return plan;
 }
+// [/quote:plan]
 
 /// Views (no copies) of `batch`'s chunks along dimension 0.
 inline std::vector<at::Tensor> split_micro_batches(const at::Tensor& batch,

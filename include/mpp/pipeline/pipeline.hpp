@@ -84,11 +84,13 @@ class Pipeline {
   static constexpr int stages = Stages::stages_for(chunks_per_rank);
   static_assert(stages >= 1, "mpp: the partition gives no pipeline stage");
 
+  // [quote:verified]
   // The compiler runs the schedule's simulator: a table that can deadlock, or that forgets or
   // misorders a backward, does not compile. The diagnostic prints the verifier's message.
   static_assert(
       sound<verify<Sched, Comm>(stages)>,
       "mpp: this schedule does not run under this comm policy (see the verifier's message above)");
+  // [/quote:verified]
 
   static std::string name() {
     return "Pipeline<" + Stages::name() + ", " + schedule_display_name<Sched>() + ", " +

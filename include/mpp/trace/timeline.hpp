@@ -1,0 +1,184 @@
+#pragma once
+// From the ranks' step traces to figures and pictures. The pictures are drawn by the schedule
+// library's renderers from TimedEvents, exactly as the verifier's predicted timelines are, so a
+// measured run and its prediction are drawn by the same code and can be read side by side.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mpp/schedule/render.hpp"
+#include "mpp/schedule/timed_event.hpp"
+#include "mpp/schedule/verify.hpp"
+#include "mpp/trace/event.hpp"
+
+namespace mpp::trace {
+
+/// Measured figures of one step over all ranks.
+struct StepFigures {
+  int ranks = 0;
+  double step_us = 0.0;  // the slowest rank's step
+  double bubble = 0.0;   // share of rank time not spent computing: 1 - sum(compute) / sum(step)
+  std::vector<double> rank_bubble;
+  std::vector<std::int64_t> peak_activation_bytes;
+  std::vector<int> peak_in_flight;
+  // Mean measured durations (us) of one F, B, I and W on one chunk: the cost model's inputs.
+  double forward_us = 0.0, backward_us = 0.0, input_grad_us = 0.0, weight_grad_us = 0.0;
+};
+
+inline StepFigures step_figures(std::span<const RankTrace> traces) {
+  StepFigures f;
+  f.ranks = static_cast<int>(traces.size());
+  double compute = 0.0, total = 0.0;
+  double sums[4] = {0, 0, 0, 0};
+  int counts[4] = {0, 0, 0, 0};
+  for (const auto& t : traces) {
+    f.step_us = std::max(f.step_us, t.step_us);
+    compute += t.compute_us();
+    total += t.step_us;
+    f.rank_bubble.push_back(t.bubble());
+    f.peak_activation_bytes.push_back(t.peak_activation_bytes);
+    f.peak_in_flight.push_back(t.peak_in_flight);
+    double recompute_pending = 0.0;  // a recompute belongs to the backward right after it
+    for (const auto& e : t.events) {
+      int k = -1;
+      switch (e.kind) {
+        case EventKind::recompute:
+          recompute_pending += e.duration_us();
+          break;
+        case EventKind::forward:
+          k = 0;
+          break;
+        case EventKind::backward:
+          k = 1;
+          break;
+        case EventKind::input_grad:
+          k = 2;
+          break;
+        case EventKind::weight_grad:
+          k = 3;
+          break;
+        default:
+          break;
+      }
+      if (k < 0) continue;
+      sums[k] += e.duration_us() + (k == 1 || k == 2 ? recompute_pending : 0.0);
+      if (k == 1 || k == 2) recompute_pending = 0.0;
+      ++counts[k];
+    }
+  }
+  f.bubble = total > 0.0 ? 1.0 - compute / total : 0.0;
+  auto mean = [&](int k) { return counts[k] > 0 ? sums[k] / counts[k] : 0.0; };
+  f.forward_us = mean(0);
+  f.backward_us = mean(1);
+  f.input_grad_us = mean(2);
+  f.weight_grad_us = mean(3);
+  return f;
+}
+
+/// The verifier's cost model with the measured ratios (integers, the largest cost 100).
+inline Costs measured_costs(const StepFigures& f) {
+  const double largest =
+      std::max({f.forward_us, f.backward_us, f.input_grad_us, f.weight_grad_us, 1e-9});
+  auto units = [&](double us, int fallback) {
+    return us > 0.0 ? std::max(1, static_cast<int>(std::lround(100.0 * us / largest))) : fallback;
+  };
+  Costs c;
+  c.forward = units(f.forward_us, 1);
+  c.backward = units(f.backward_us, 2 * c.forward);
+  c.input_grad = units(f.input_grad_us, c.forward);
+  c.weight_grad = units(f.weight_grad_us, c.forward);
+  c.comm = 0;
+  return c;
+}
+
+/// The ranks' events on one time axis (microseconds from the earliest step start): compute as
+/// F/B/I/W (a recompute is drawn as part of the backward it precedes) and, with `comm`, sends
+/// as SEND_F/SEND_B and time blocked on a receive as RECV_F/RECV_B.
+inline std::vector<TimedEvent> timed_events(std::span<const RankTrace> traces, bool comm = true) {
+  double origin = traces.empty() ? 0.0 : traces.front().start_us;
+  for (const auto& t : traces) origin = std::min(origin, t.start_us);
+  std::vector<TimedEvent> out;
+  for (const auto& t : traces) {
+    const double shift = t.start_us - origin;
+    double recompute_start = -1.0;
+    for (const auto& e : t.events) {
+      if (e.kind == EventKind::recompute) {
+        recompute_start = e.begin_us;
+        continue;
+      }
+      if (e.kind == EventKind::send_wait || e.kind == EventKind::loss_sync) continue;
+      if (!comm && !is_compute(e.kind)) continue;
+      if ((e.kind == EventKind::send || e.kind == EventKind::recv_wait) && e.duration_us() < 1.0)
+        continue;  // posting an async operation: nothing to draw
+      double begin = e.begin_us;
+      if (recompute_start >= 0.0 &&
+          (e.kind == EventKind::backward || e.kind == EventKind::input_grad)) {
+        begin = recompute_start;
+        recompute_start = -1.0;
+      }
+      TimedEvent te;
+      te.rank = t.rank;
+      te.start = begin + shift;
+      te.end = e.end_us + shift;
+      te.op = e.op;
+      te.micro_batch = e.micro_batch;
+      te.chunk = e.chunk;
+      te.stage = e.chunk * static_cast<int>(traces.size()) + t.rank;
+      out.push_back(te);
+    }
+  }
+  return out;
+}
+
+/// Chrome trace JSON (open in Perfetto or chrome://tracing), times in microseconds.
+inline std::string chrome_trace(std::span<const RankTrace> traces) {
+  const auto events = timed_events(traces);
+  return render_chrome_trace(events, 1.0);
+}
+
+/// The measured timeline as ASCII: rank rows, compute only (time blocked or idle shows as '.'),
+/// time in microseconds.
+inline std::string ascii_timeline(std::span<const RankTrace> traces,
+                                  const AsciiOptions& options = {}) {
+  const auto events = timed_events(traces, /*comm=*/false);
+  return render_ascii(events, options);
+}
+
+inline std::string format_bytes(std::int64_t bytes) {
+  char buf[32];
+  if (bytes >= (1 << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024.0);
+  return buf;
+}
+
+/// Measured next to predicted, one line per rank plus the pipeline's bubble:
+///   bubble measured 21.4%, predicted 20.0% (unit costs) / 18.9% (measured costs)
+///   rank 0: bubble 22.0%, peak activations 1.50 MiB, 2 micro-batches in flight (predicted 2)
+inline std::string describe(const StepFigures& f, const VerifyResult& predicted_unit,
+                            const VerifyResult& predicted_measured) {
+  char buf[256];
+  std::string out;
+  std::snprintf(buf, sizeof buf,
+                "bubble measured %.1f%%, predicted %.1f%% (unit costs) / %.1f%% (measured costs, "
+                "communication free)\n",
+                100.0 * f.bubble, 100.0 * predicted_unit.bubble_fraction(),
+                100.0 * predicted_measured.bubble_fraction());
+  out += buf;
+  for (int r = 0; r < f.ranks; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    std::snprintf(buf, sizeof buf,
+                  "rank %d: bubble %.1f%%, peak activations %s, %d micro-batches in flight "
+                  "(predicted %d)\n",
+                  r, 100.0 * f.rank_bubble[i], format_bytes(f.peak_activation_bytes[i]).c_str(),
+                  f.peak_in_flight[i], r < max_ranks ? predicted_unit.peak_in_flight[r] : 0);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace mpp::trace
