@@ -16,12 +16,13 @@ using Pipe = mpp::Pipeline<mpp::Uniform<4>, mpp::OneFOneB<8>, mpp::Async<mpp::Gl
 // micro-batch once) and holds at most 4 micro-batches on rank 0, where GPipe holds all 8.
 constexpr auto proof = mpp::verify<Pipe::schedule_type, mpp::Blocking<mpp::Gloo>>(Pipe::stages);
 static_assert(proof.ok && proof.peak_in_flight[0] == 4);
-static_assert(mpp::verify<mpp::GPipe<8>, mpp::Blocking<mpp::Gloo>>(Pipe::stages).peak_in_flight[0] == 8);
+static_assert(
+    mpp::verify<mpp::GPipe<8>, mpp::Blocking<mpp::Gloo>>(Pipe::stages).peak_in_flight[0] == 8);
 
 int main() {
   auto world = mpp::init_process_group();  // RANK, WORLD_SIZE, ... as mpprun or torchrun set them
   const mpp::models::MlpConfig cfg{.hidden = 64, .layers = 16, .seed = 1};
-  Pipe pipe(world, mpp::MlpModel{cfg});    // builds this rank's 4 layers, and only those
+  Pipe pipe(world, mpp::MlpModel{cfg});  // builds this rank's 4 layers, and only those
   torch::optim::Adam opt(pipe.parameters(), torch::optim::AdamOptions(1e-3));
   const auto batch = mpp::models::make_regression_batch(cfg, 64, 0);
   auto mse = [](const at::Tensor& out, const at::Tensor& y) { return torch::mse_loss(out, y); };

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "mpp/launch/launch.hpp"
-#include "support/world.hpp"
 #include "support/worker.hpp"
+#include "support/world.hpp"
 
 extern char** environ;
 
@@ -296,8 +296,8 @@ TEST_SUITE("launch") {
   }
 
   TEST_CASE("logs go to <log_dir>/rank_<r>/ and the console callback sees prefixed ranks") {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("mpp_launch_logs_" + std::to_string(::getpid()));
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("mpp_launch_logs_" + std::to_string(::getpid()));
     mpp::launch::LaunchOptions options;
     options.command = {mpp::test::self_executable(), "--mpp-worker=launch_output"};
     options.layout.nproc_per_node = 2;

@@ -86,11 +86,11 @@ constexpr bool prove_m() {
 
 static_assert(prove<mpp::Naive>(ranks_1_to_8));
 #define MPP_PROVE_M(M) static_assert(prove_m<M>());
-#define MPP_PROVE_8(M)                                                                           \
-  MPP_PROVE_M(M + 1)                                                                             \
-  MPP_PROVE_M(M + 2)                                                                             \
-  MPP_PROVE_M(M + 3) MPP_PROVE_M(M + 4) MPP_PROVE_M(M + 5) MPP_PROVE_M(M + 6) MPP_PROVE_M(M + 7) \
-      MPP_PROVE_M(M + 8)
+#define MPP_PROVE_8(M) \
+  MPP_PROVE_M(M + 1)   \
+  MPP_PROVE_M(M + 2)   \
+  MPP_PROVE_M(M + 3)   \
+  MPP_PROVE_M(M + 4) MPP_PROVE_M(M + 5) MPP_PROVE_M(M + 6) MPP_PROVE_M(M + 7) MPP_PROVE_M(M + 8)
 MPP_PROVE_8(0)
 MPP_PROVE_8(8)
 MPP_PROVE_8(16)

@@ -24,7 +24,7 @@ namespace mpp::test {
 struct WorldOptions {
   // Every multi-process test is bounded: a hung rank fails the test instead of hanging it.
   std::chrono::milliseconds timeout{60'000};
-  std::vector<std::string> args;  // appended after --mpp-worker=<name>
+  std::vector<std::string> args;                         // appended after --mpp-worker=<name>
   std::vector<std::pair<std::string, std::string>> env;  // extra variables for every rank
   std::vector<std::string> unset_env;  // variables removed (e.g. {"RANK"} to test env errors)
   // true: the first failing rank stops the others (as mpprun does). false: every rank runs to

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "mpp/launch/launch.hpp"
-#include "support/world.hpp"
 #include "support/worker.hpp"
+#include "support/world.hpp"
 
 namespace {
 
@@ -101,9 +101,9 @@ MPP_TEST_WORKER("mpprun_exit3") {
 }
 
 MPP_TEST_WORKER("mpprun_env") {
-  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                           "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
-                           "OPENBLAS_NUM_THREADS"}) {
+  for (const char* name :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+        "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
     const char* value = std::getenv(name);
     std::printf("%s=%s\n", name, value ? value : "<unset>");
   }
@@ -175,15 +175,15 @@ TEST_SUITE("mpprun") {
   TEST_CASE("Ctrl-C (SIGINT to mpprun) stops every rank") {
     int ready = 0;
     pid_t mpprun_pid = 0;
-    const auto result = run_mpprun(
-        {"--nproc-per-node", "2", "--log-dir", "", mpp::test::self_executable(),
-         "--mpp-worker=mpprun_wait"},
-        [&](int, mpp::launch::Stream, std::string_view line) {
-          const auto at = line.find("ppid=");
-          if (at == std::string_view::npos) return;
-          mpprun_pid = std::atoi(std::string(line.substr(at + 5)).c_str());
-          if (++ready == 2) ::kill(mpprun_pid, SIGINT);
-        });
+    const auto result = run_mpprun({"--nproc-per-node", "2", "--log-dir", "",
+                                    mpp::test::self_executable(), "--mpp-worker=mpprun_wait"},
+                                   [&](int, mpp::launch::Stream, std::string_view line) {
+                                     const auto at = line.find("ppid=");
+                                     if (at == std::string_view::npos) return;
+                                     mpprun_pid =
+                                         std::atoi(std::string(line.substr(at + 5)).c_str());
+                                     if (++ready == 2) ::kill(mpprun_pid, SIGINT);
+                                   });
     const auto& mpprun = result.ranks.at(0);
     INFO(mpprun.output);
     CHECK(ready == 2);

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "mpp/util/blas.hpp"
-#include "support/world.hpp"
 #include "support/worker.hpp"
+#include "support/world.hpp"
 
 namespace {
 constexpr const char* system_blas = "/usr/lib/x86_64-linux-gnu/libblas.so.3";
@@ -51,7 +51,8 @@ TEST_SUITE("util") {
   }
 
   TEST_CASE("the report is one line, and a loud warning for the reference BLAS") {
-    auto openblas = mpp::util::classify_blas("/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3");
+    auto openblas =
+        mpp::util::classify_blas("/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3");
     const auto good = mpp::util::blas_report(openblas, 1);
     CHECK(good.rfind("BLAS: OpenBLAS (openmp) from ", 0) == 0);
     CHECK(good.find("threads per rank: 1 (OMP_NUM_THREADS=") != std::string::npos);
@@ -68,7 +69,8 @@ TEST_SUITE("util") {
   TEST_CASE("the BLAS loaded in a process is the one the alternatives system selects") {
     REQUIRE_MESSAGE(std::filesystem::exists(system_blas),
                     "no system BLAS: run scripts/setup (libopenblas0-openmp)");
-    const auto selected = mpp::util::classify_blas(std::filesystem::canonical(system_blas).string());
+    const auto selected =
+        mpp::util::classify_blas(std::filesystem::canonical(system_blas).string());
     const auto world = mpp::test::run_world(1, "blas_report");
     REQUIRE_MESSAGE(world.ok(), world.report());
     const auto& out = world.output(0);

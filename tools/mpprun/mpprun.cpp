@@ -45,9 +45,10 @@ trusted network. Multi-node: start one mpprun per node with the same --nnodes, -
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mpprun: start the ranks of an mpp (or any torchrun-style) program on this node\n"
-               "  mpprun [OPTIONS] prog [args...]",
-               "mpprun"};
+  CLI::App app{
+      "mpprun: start the ranks of an mpp (or any torchrun-style) program on this node\n"
+      "  mpprun [OPTIONS] prog [args...]",
+      "mpprun"};
   app.footer(footer);
   app.prefix_command();  // the first positional and everything after it belong to the program
   app.get_formatter()->column_width(34);

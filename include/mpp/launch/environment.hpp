@@ -51,8 +51,9 @@ inline void validate(const WorldLayout& layout) {
   if (layout.master_port < 0 || layout.master_port > 65535)
     fail("--master-port must be in [1, 65535] (got " + std::to_string(layout.master_port) + ")");
   if (layout.nnodes > 1 && layout.master_port == 0)
-    fail("--master-port is required with --nnodes > 1: every node must use the same port; "
-         "pick one that is free on the master host");
+    fail(
+        "--master-port is required with --nnodes > 1: every node must use the same port; "
+        "pick one that is free on the master host");
   if (layout.nnodes > 1 && layout.master_addr.empty())
     fail("--master-addr is required with --nnodes > 1: give the address of node 0");
   if (layout.master_addr.empty()) fail("--master-addr must not be empty");
@@ -75,8 +76,8 @@ inline int free_port() {
   const int saved = errno;
   ::close(fd);
   if (!ok)
-    throw LaunchError(std::string("mpp launch: no free TCP port found (") +
-                      std::strerror(saved) + "); pass --master-port explicitly");
+    throw LaunchError(std::string("mpp launch: no free TCP port found (") + std::strerror(saved) +
+                      "); pass --master-port explicitly");
   return ntohs(address.sin_port);
 }
 

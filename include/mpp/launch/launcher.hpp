@@ -33,12 +33,12 @@ enum class Stream { out, err };
 struct LaunchOptions {
   std::vector<std::string> command;  // program and its arguments, the same for every rank
   WorldLayout layout;
-  EnvList env;                        // extra variables for every rank; they win over all others
+  EnvList env;                         // extra variables for every rank; they win over all others
   std::vector<std::string> unset_env;  // inherited variables to remove (e.g. to test env errors)
   // One thread per rank unless the caller's environment or `env` says otherwise: ranks share
   // the cores, and OpenMP/OpenBLAS would otherwise each start one thread per core.
   bool single_thread_defaults = true;
-  std::chrono::milliseconds timeout{0};  // whole-run deadline; 0: none
+  std::chrono::milliseconds timeout{0};   // whole-run deadline; 0: none
   std::chrono::milliseconds grace{3000};  // between SIGTERM and SIGKILL
   bool stop_all_on_failure = true;        // false: let the other ranks run to their own end
   std::string log_dir;                    // non-empty: <log_dir>/rank_<r>/{stdout,stderr}.log
@@ -93,8 +93,7 @@ struct LaunchResult {
   /// One line per rank, the cause first.
   [[nodiscard]] std::string summary() const {
     std::string text;
-    if (first_failure >= 0)
-      text += "mpp launch: " + ranks[first_failure].describe() + "\n";
+    if (first_failure >= 0) text += "mpp launch: " + ranks[first_failure].describe() + "\n";
     if (timed_out)
       text += "mpp launch: deadline of " + std::to_string(timeout.count()) +
               " ms expired; the ranks still running were stopped\n";
@@ -220,7 +219,8 @@ inline LaunchResult launch(const LaunchOptions& options) {
       env.push_back(std::move(entry));
     env.insert(env.end(), options.env.begin(), options.env.end());
     try {
-      running[local].child = detail::spawn(argv, detail::merged_environment(env, options.unset_env));
+      running[local].child =
+          detail::spawn(argv, detail::merged_environment(env, options.unset_env));
     } catch (...) {
       for (int started = 0; started < local; ++started) {
         stop_group(running[started].child.pid, SIGKILL);
@@ -240,7 +240,8 @@ inline LaunchResult launch(const LaunchOptions& options) {
   bool killed = false;
   Clock::time_point kill_at{};
   std::optional<Clock::time_point> all_reaped_at;
-  const auto deadline = options.timeout.count() > 0 ? start + options.timeout : Clock::time_point::max();
+  const auto deadline =
+      options.timeout.count() > 0 ? start + options.timeout : Clock::time_point::max();
 
   auto begin_stop = [&] {
     if (stopping) return;

@@ -148,8 +148,8 @@ inline Child spawn(const std::vector<std::string>& argv, const std::vector<std::
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int error = errno;
-    for (int fd : {out.read, out.write, err.read, err.write, exec_status.read, exec_status.write,
-                   dev_null})
+    for (int fd :
+         {out.read, out.write, err.read, err.write, exec_status.read, exec_status.write, dev_null})
       if (fd >= 0) ::close(fd);
     throw LaunchError("mpp launch: fork() failed: " + errno_text(error));
   }

@@ -73,7 +73,8 @@ struct Batch {
   torch::Tensor targets;
 };
 
-inline Batch make_regression_batch(const MlpConfig& cfg, std::int64_t batch_size, std::int64_t step) {
+inline Batch make_regression_batch(const MlpConfig& cfg, std::int64_t batch_size,
+                                   std::int64_t step) {
   auto teacher_gen = at::make_generator<at::CPUGeneratorImpl>(detail::layer_seed(cfg.seed, -7));
   auto data_gen = at::make_generator<at::CPUGeneratorImpl>(
       detail::layer_seed(cfg.seed ^ 0x5DEECE66Dull, static_cast<int>(step)));

@@ -32,13 +32,20 @@ struct BlasInfo {
   [[nodiscard]] bool is_reference() const { return kind == BlasKind::reference; }
   [[nodiscard]] std::string name() const {
     switch (kind) {
-      case BlasKind::none: return "none loaded";
-      case BlasKind::openblas: return "OpenBLAS";
-      case BlasKind::reference: return "reference BLAS (netlib)";
-      case BlasKind::blis: return "BLIS";
-      case BlasKind::mkl: return "Intel MKL";
-      case BlasKind::atlas: return "ATLAS";
-      case BlasKind::other: return "unrecognised BLAS";
+      case BlasKind::none:
+        return "none loaded";
+      case BlasKind::openblas:
+        return "OpenBLAS";
+      case BlasKind::reference:
+        return "reference BLAS (netlib)";
+      case BlasKind::blis:
+        return "BLIS";
+      case BlasKind::mkl:
+        return "Intel MKL";
+      case BlasKind::atlas:
+        return "ATLAS";
+      case BlasKind::other:
+        return "unrecognised BLAS";
     }
     return "unrecognised BLAS";
   }
