@@ -59,7 +59,7 @@ def main():
 
     def find(prefix, config):
         for r in runs:
-            if r["name"].startswith(prefix) and r["name"].endswith("/" + config):
+            if r["name"].startswith(prefix) and f"/{config}/" in r["name"] + "/":
                 return r
         raise RuntimeError(f"no benchmark {prefix}.../{config} in the output")
 
@@ -83,8 +83,8 @@ def main():
              f"mpp is {rate / python[config]:.2f}x" if config in python else "missing"),
         ]
         for r in runs:
-            if r["name"].endswith("/" + config) and "/Uniform<2>" in r["name"] and not r["name"].startswith(LIBRARY):
-                rows.append(("mpp " + r["name"].rsplit("/", 1)[0], r["items_per_second"],
+            if f"/{config}/" in r["name"] + "/" and "/Uniform<2>/" in r["name"] and not r["name"].startswith(LIBRARY):
+                rows.append(("mpp " + r["name"].split("/" + config)[0], r["items_per_second"],
                              f"bubble {100 * r.get('bubble', 0):.1f}% (predicted {100 * r.get('bubble_pred_meas', 0):.1f}%)"))
         for what, value, ratio in rows:
             print(f"{config:<20} {what:<42} {value:>10.0f}  {ratio}")

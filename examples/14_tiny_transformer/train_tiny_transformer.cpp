@@ -4,6 +4,8 @@
 //   train_tiny_transformer --save-every 50 --out-dir runs/a
 //   train_tiny_transformer --resume latest --out-dir runs/a
 //   mpprun --nproc-per-node 2 train_tiny_transformer --ddp      # data parallel, same global batch
+//   mpprun --nproc-per-node 2 train_tiny_transformer --pipeline # stages: embedding first, head
+//   last
 //
 // The model's size comes from config/config.json: raise model.num_hidden_layers and run again.
 // Outputs (under --out-dir): logs/rank_<r>/train.log, metrics.csv, loss_curve.svg, checkpoints/.
@@ -27,6 +29,7 @@
 
 #include "loss_curve.hpp"
 #include "mpp/checkpoint/checkpoint.hpp"
+#include "mpp/checkpoint/sharded.hpp"
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/data_parallel/sampler.hpp"
@@ -34,6 +37,7 @@
 #include "mpp/models/tiny_transformer.hpp"
 #include "mpp/models/transformer_config.hpp"
 #include "mpp/util/blas.hpp"
+#include "pipeline_stage.hpp"
 
 namespace fs = std::filesystem;
 namespace ckpt = mpp::checkpoint;
@@ -51,6 +55,7 @@ struct Options {
   int sample_characters = 160;
   bool quiet = false;
   bool ddp = false;
+  bool pipeline = false;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -58,8 +63,10 @@ struct Options {
       << "train_tiny_transformer: " << problem << "\n"
       << "usage: train_tiny_transformer [--config config/config.json] [--epochs N]\n"
          "         [--max-steps N] [--save-every N] [--resume DIR|latest]\n"
-         "         [--out-dir runs/tiny_transformer] [--sample N] [--quiet] [--ddp]\n"
-         "  --ddp: one data-parallel rank of a job started by mpprun, torchrun, srun or mpirun\n";
+         "         [--out-dir runs/tiny_transformer] [--sample N] [--quiet] [--ddp | --pipeline]\n"
+         "  --ddp: one data-parallel rank of a job started by mpprun, torchrun, srun or mpirun\n"
+         "  --pipeline: one pipeline stage (2 or 4 ranks; Uniform partition, 1F1B, 4 "
+         "micro-batches)\n";
   std::exit(2);
 }
 
@@ -99,12 +106,15 @@ Options parse_args(int argc, char** argv) {
       o.quiet = true;
     else if (arg == "--ddp")
       o.ddp = true;
+    else if (arg == "--pipeline")
+      o.pipeline = true;
     else if (arg == "--help" || arg == "-h")
       usage("help");
     else
       usage("unknown option " + arg);
   }
   if (o.epochs && *o.epochs < 1) usage("--epochs needs at least 1");
+  if (o.ddp && o.pipeline) usage("--ddp and --pipeline are two ways to use the ranks: pick one");
   return o;
 }
 
@@ -159,31 +169,34 @@ int main(int argc, char** argv) try {
   // files, so that is refused.
   // [quote:processes]
   std::optional<mpp::ProcessGroup> group;
-  if (opt.ddp) {
+  if (opt.ddp || opt.pipeline) {
     group = mpp::init_process_group();
   } else if (const char* ws = std::getenv("WORLD_SIZE"); ws && std::atoi(ws) > 1) {
     throw std::runtime_error(std::string("mpp: started as one of WORLD_SIZE=") + ws +
-                             " ranks without --ddp: every rank would train its own copy and "
-                             "overwrite the others' files; add --ddp, or run one process");
+                             " ranks without --ddp or --pipeline: every rank would train its own "
+                             "copy and overwrite the others' files; add --ddp or --pipeline, or "
+                             "run one process");
   }
   const int rank = group ? group->rank() : 0;
   const int world = group ? group->size() : 1;
   // [/quote:processes]
-  if (train_cfg.batch_size % world != 0)
+  // The data-parallel view: a pipeline's stages all work on the same global batch.
+  const int dp_rank = opt.pipeline ? 0 : rank, dp_world = opt.pipeline ? 1 : world;
+  if (train_cfg.batch_size % dp_world != 0)
     throw mpp::models::ConfigError(
         "mpp: training.batch_size (" + std::to_string(train_cfg.batch_size) +
-        ") is the global batch and must split evenly over the " + std::to_string(world) +
-        " data-parallel ranks; use a multiple of " + std::to_string(world));
+        ") is the global batch and must split evenly over the " + std::to_string(dp_world) +
+        " data-parallel ranks; use a multiple of " + std::to_string(dp_world));
 
   // ---- data ------------------------------------------------------------------------------
   const CharCorpus corpus = make_char_corpus(cfg.data, train_cfg.sequence_length);
   // [quote:sampler]
   // Every rank visits its share of one permutation per epoch (drop: equal shares, so no rank
   // waits on another in a collective); `batch_size` is the global batch.
-  mpp::DistributedSampler sampler(static_cast<std::size_t>(corpus.train.size()), world, rank,
+  mpp::DistributedSampler sampler(static_cast<std::size_t>(corpus.train.size()), dp_world, dp_rank,
                                   {true, train_cfg.seed, mpp::Remainder::drop});
   const std::int64_t batch_size = train_cfg.batch_size;
-  const std::int64_t local_batch = batch_size / world;
+  const std::int64_t local_batch = batch_size / dp_world;
   // [/quote:sampler]
   const std::int64_t steps_per_epoch =
       static_cast<std::int64_t>(sampler.size()) / local_batch;  // last partial batch dropped
@@ -192,9 +205,24 @@ int main(int argc, char** argv) try {
 
   // ---- model and optimizer -----------------------------------------------------------------
   torch::manual_seed(train_cfg.seed);  // dropout masks
-  TinyTransformer model(cfg.model);
+  TinyTransformer model(cfg.model);    // pipeline: rank 0's copy, for validation and the sample
+  std::optional<lab::StageHandle> stage;
+  if (opt.pipeline) {
+    const TinyTransformerLayers layers{cfg.model, train_cfg.sequence_length};
+    using Async = mpp::Async<mpp::Gloo>;
+    if (world == 2)
+      stage =
+          lab::make_stage<mpp::Pipeline<mpp::Uniform<2>, mpp::OneFOneB<4>, Async>>(*group, layers);
+    else if (world == 4)
+      stage =
+          lab::make_stage<mpp::Pipeline<mpp::Uniform<4>, mpp::OneFOneB<4>, Async>>(*group, layers);
+    else
+      throw std::runtime_error("mpp: --pipeline is built for 2 or 4 stages (got " +
+                               std::to_string(world) +
+                               " ranks); launch with --nproc-per-node 2 or 4");
+  }
   torch::optim::AdamW optimizer(
-      model->parameters(),
+      stage ? stage->parameters : model->parameters(),
       torch::optim::AdamWOptions(train_cfg.learning_rate).weight_decay(train_cfg.weight_decay));
   std::int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
@@ -224,7 +252,13 @@ int main(int argc, char** argv) try {
     ckpt::check_same_settings(loaded.manifest.at("config"), mpp::models::to_json(cfg),
                               {"training.epochs", "training.eval_every", "training.log_every"},
                               dir.string());
-    auto state = loaded.files.find("state.pt");
+    const std::string layout = loaded.manifest.value("layout", std::string("replicated"));
+    if (layout != (stage ? "pipeline" : "replicated"))
+      throw ckpt::CheckpointError("mpp: refusing checkpoint " + dir.string() +
+                                  ": it was written by a " + layout +
+                                  " run; resume it with the same mode (--pipeline for a "
+                                  "pipeline checkpoint, none or --ddp otherwise)");
+    auto state = loaded.files.find(stage ? "stage_" + std::to_string(rank) + ".pt" : "state.pt");
     if (state == loaded.files.end())
       throw ckpt::CheckpointError(
           "mpp: refusing checkpoint " + dir.string() +
@@ -232,13 +266,16 @@ int main(int argc, char** argv) try {
           "same parallel layout it was written with");
     const int written_by = loaded.manifest.value("world_size", 1);
     if (written_by != world)
-      throw ckpt::CheckpointError(
-          "mpp: refusing checkpoint " + dir.string() + ": it was written by " +
-          std::to_string(written_by) + " data-parallel rank(s) and this run has " +
-          std::to_string(world) + "; each rank's generator state is in it, so resume with " +
-          std::to_string(written_by) + " rank(s)");
-    ckpt::restore_training_state(state->second, *model, optimizer, dir.string(),
-                                 ckpt::rank_rng_key(rank));
+      throw ckpt::CheckpointError("mpp: refusing checkpoint " + dir.string() +
+                                  ": it was written by " + std::to_string(written_by) +
+                                  " rank(s) and this run has " + std::to_string(world) +
+                                  "; each rank's generator state is in it, so resume with " +
+                                  std::to_string(written_by) + " rank(s)");
+    if (stage)
+      ckpt::restore_training_state(state->second, stage->named, optimizer, dir.string());
+    else
+      ckpt::restore_training_state(state->second, *model, optimizer, dir.string(),
+                                   ckpt::rank_rng_key(rank));
     progress = ckpt::progress_from(loaded.manifest);
     elapsed_before = loaded.manifest.value("elapsed_seconds", 0.0);
     metrics = lab::read_metrics(opt.out_dir / "metrics.csv", progress.step);
@@ -269,7 +306,7 @@ int main(int argc, char** argv) try {
   // DDP after the resume: it checks that every rank holds the same parameter structure and
   // broadcasts rank 0's values, then averages gradients in buckets during backward().
   std::optional<mpp::DDP<>> ddp;
-  if (group) ddp.emplace(*model, *group);
+  if (group && !stage) ddp.emplace(*model, *group);
   // [/quote:ddp]
 
   const double baseline = std::log(static_cast<double>(cfg.model.vocab_size));
@@ -291,6 +328,27 @@ int main(int argc, char** argv) try {
   // state gathered into it; the barrier keeps the others from running ahead of a half-written
   // checkpoint.
   auto save = [&](const ckpt::Progress& at, double elapsed) {
+    const std::string name = "step_" + std::to_string(at.step);
+    const nlohmann::json meta = {{"config", mpp::models::to_json(cfg)},
+                                 {"progress", ckpt::to_json(at)},
+                                 {"elapsed_seconds", elapsed},
+                                 {"world_size", world},
+                                 {"layout", stage ? "pipeline" : "replicated"}};
+    auto record_latest = [&] {
+      const fs::path tmp = checkpoint_root / "latest.tmp";
+      std::ofstream(tmp, std::ios::trunc) << name << '\n';
+      fs::rename(tmp, checkpoint_root / "latest");
+    };
+    if (stage) {  // each stage writes its own part, rank 0 the manifest
+      ckpt::write_sharded_checkpoint(
+          checkpoint_root / name, *group,
+          ckpt::training_state_file(stage->named, optimizer, {},
+                                    "stage_" + std::to_string(rank) + ".pt"),
+          meta);
+      if (rank == 0) record_latest();
+      group->barrier();
+      return;
+    }
     std::map<std::string, torch::Tensor> rng_states;
     if (group) {
       const auto mine = ckpt::cpu_rng_state();
@@ -299,20 +357,27 @@ int main(int argc, char** argv) try {
       group->all_reduce(all);  // one non-zero row per rank: the sum is the gather
       for (int r = 0; r < world; ++r) rng_states[ckpt::rank_rng_key(r)] = all[r].clone();
     }
-    const std::string name = "step_" + std::to_string(at.step);
     if (rank == 0) {
-      ckpt::write_checkpoint(checkpoint_root / name,
-                             {ckpt::training_state_file(*model, optimizer, rng_states)},
-                             {{"config", mpp::models::to_json(cfg)},
-                              {"progress", ckpt::to_json(at)},
-                              {"elapsed_seconds", elapsed},
-                              {"world_size", world}});
-      const fs::path tmp = checkpoint_root / "latest.tmp";
-      std::ofstream(tmp, std::ios::trunc) << name << '\n';
-      fs::rename(tmp, checkpoint_root / "latest");
+      ckpt::write_checkpoint(
+          checkpoint_root / name,
+          {ckpt::training_state_file(ckpt::model_tensors(*model), optimizer, rng_states)}, meta);
+      record_latest();
     }
     if (group) group->barrier();
   };
+
+  // One pipeline step: rank 0 feeds the tokens, the last rank the targets; every rank gets the
+  // batch's mean loss back. Gradients are clipped by the norm of the whole model's.
+  auto pipeline_step = [&](const TokenWindows::Batch& batch) {
+    optimizer.zero_grad();
+    const double mean_loss = stage->train_step(rank == 0 ? batch.inputs : torch::Tensor(),
+                                               rank == world - 1 ? batch.targets : torch::Tensor());
+    if (train_cfg.grad_clip > 0)
+      lab::clip_global_grad_norm(stage->parameters, train_cfg.grad_clip, *group);
+    optimizer.step();
+    return mean_loss;
+  };
+  if (stage && rank == 0 && !opt.quiet) std::printf("pipeline: %s\n", stage->description.c_str());
 
   // ---- the loop ------------------------------------------------------------------------------
   const bool show = rank == 0 && !opt.quiet;
@@ -334,12 +399,17 @@ int main(int argc, char** argv) try {
                                         order.begin() + (position + 1) * local_batch);
       const auto batch = corpus.train.batch(indices);
 
-      auto loss = language_model_loss(model->forward(batch.inputs), batch.targets);
-      optimizer.zero_grad();
-      loss.backward();
-      if (train_cfg.grad_clip > 0)
-        torch::nn::utils::clip_grad_norm_(model->parameters(), train_cfg.grad_clip);
-      optimizer.step();
+      torch::Tensor loss;
+      if (stage) {
+        loss = torch::tensor(pipeline_step(batch));  // the stages run the step together
+      } else {
+        loss = language_model_loss(model->forward(batch.inputs), batch.targets);
+        optimizer.zero_grad();
+        loss.backward();
+        if (train_cfg.grad_clip > 0)
+          torch::nn::utils::clip_grad_norm_(model->parameters(), train_cfg.grad_clip);
+        optimizer.step();
+      }
 
       ++step;
       // [/quote:loop]
@@ -348,7 +418,7 @@ int main(int argc, char** argv) try {
       // (equal shares), the number a single process on the whole batch would report.
       const double local_loss = loss.item<double>();
       last_loss = local_loss;
-      if (group) {
+      if (ddp) {
         auto global = loss.detach().clone().reshape({1});
         group->all_reduce_mean(global);
         last_loss = global.item<double>();
@@ -360,7 +430,9 @@ int main(int argc, char** argv) try {
       lab::MetricsRow row{
           step,   epoch, last_loss, std::nullopt, static_cast<double>(batch_size) / step_seconds,
           elapsed};
-      if (rank == 0 && (step % train_cfg.eval_every == 0 || epoch_end || step == total_steps))
+      const bool evaluate = step % train_cfg.eval_every == 0 || epoch_end || step == total_steps;
+      if (evaluate && stage) lab::gather_to_rank0(*stage, *group, &model);
+      if (rank == 0 && evaluate)
         row.validation_loss = validation_loss(model, corpus.validation, batch_size);
       if (rank == 0) metrics.push_back(row);
 
@@ -386,6 +458,7 @@ int main(int argc, char** argv) try {
   const double seconds = seconds_since(t_start);
 
   // ---- report (rank 0) ----------------------------------------------------------------------
+  if (stage && opt.sample_characters > 0) lab::gather_to_rank0(*stage, *group, &model);
   if (rank != 0) return 0;
   lab::write_metrics(opt.out_dir / "metrics.csv", metrics);
   lab::write_loss_curve_svg(opt.out_dir / "loss_curve.svg", metrics, baseline,

@@ -107,7 +107,7 @@ expect "$report" "| \`ddp_missing.py\` | not run: benchmarks/reference/ddp_missi
 expect "$report" "| load average | "
 expect "$report" "summary: GPipe beats Naive by 1.6x {not json}"
 expect "$report" "| \`pipeline_fake.py --config\` | course_h128_b32 | 777 | – |"
-expect "$report" "\`benchmarks/pipeline/bench_fake\` on 1 rank(s)"
+expect "$report" "\`../build/benchmarks/pipeline/bench_fake\` on 1 rank(s)"
 [[ $(cat "$src/docs/figures/benchmarks/raw/pipeline__pipeline_fake.py_2_logs/ranks" 2>/dev/null) == 2 ]] ||
   fail "the 2-rank reference was not started through mpprun with 2 ranks"
 expect "$report" "- \`benchmarks/reference/helper.py\`: imported by the others"

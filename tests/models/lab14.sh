@@ -8,7 +8,10 @@
 #   4. a DDP run interrupted and resumed on 2 ranks continues the same curve;
 #   5. started by a launcher without --ddp, the program refuses to run;
 #   6. Python (Debian's python3-torch) opens the program's checkpoint with torch.load and, from the
-#      saved weights alone, decodes the same greedy sample the program printed.
+#      saved weights alone, decodes the same greedy sample the program printed;
+#   7. with --pipeline on 2 and 4 ranks (embedding on the first stage, head on the last) the losses
+#      equal the single-process run's; a pipeline run resumed from its per-stage checkpoint
+#      continues the same curve; a pipeline checkpoint is refused by a non-pipeline run.
 #   lab14.sh   (environment: LAB=<train_tiny_transformer>, MPPRUN=<mpprun>)
 set -euo pipefail
 : "${LAB:?path of train_tiny_transformer}" "${MPPRUN:?path of mpprun}"
@@ -18,9 +21,9 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { echo "== $*"; }
 
-config() {  # config DROPOUT > file
+config() {  # config DROPOUT > file (2 blocks: 4 parts, one per stage of a 4-stage pipeline)
   cat <<EOF
-{"model": {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2,
+{"model": {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 2,
            "intermediate_size": 64, "max_position_embeddings": 32, "dropout": $1},
  "training": {"batch_size": 8, "sequence_length": 32, "eval_every": 4, "log_every": 2},
  "data": {"train_characters": 2049, "validation_characters": 200}}
@@ -83,7 +86,7 @@ diff <(losses "$work/ddp_whole") <(losses "$work/ddp_split") || fail "resumed DD
 if run --config "$work/dropout.json" --resume latest --out-dir "$work/ddp_split" 2> "$work/world.err"; then
   fail "a 2-rank checkpoint was resumed by one process"
 fi
-grep -q "written by 2 data-parallel rank(s) and this run has 1" "$work/world.err" ||
+grep -q "written by 2 rank(s) and this run has 1" "$work/world.err" ||
   fail "unexpected message: $(cat "$work/world.err")"
 
 step "5. several copies without --ddp are refused"
@@ -104,4 +107,26 @@ if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
 else
   echo "SKIPPED step 6: /usr/bin/python3 has no torch (apt-get install python3-torch)"
 fi
+step "7. pipeline on 2 and 4 stages equals one process; per-stage checkpoints resume"
+for n in 2 4; do
+  timeout 180 "$MPPRUN" --nproc-per-node $n --timeout 150 "$LAB" --pipeline --quiet --sample 0 \
+    --config "$work/plain.json" --max-steps 10 --out-dir "$work/pipe$n" > "$work/pipe$n.out" 2>&1 ||
+    { cat "$work/pipe$n.out"; fail "mpprun --pipeline on $n ranks failed"; }
+  worst=$(paste -d, <(losses "$work/single") <(losses "$work/pipe$n") | tail -n +2 |
+    awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > m) m = d } END { printf "%g", m }')
+  awk -v w="$worst" 'BEGIN { exit !(w < 1e-4) }' || fail "$n-stage pipeline loss differs by $worst"
+  echo "largest |pipeline($n) - single| train loss over 10 steps: $worst"
+done
+pipe() { timeout 180 "$MPPRUN" --nproc-per-node 2 --timeout 150 "$LAB" --pipeline --quiet --sample 0 \
+  --config "$work/dropout.json" "$@" > "$work/pipe.out" 2>&1 || { cat "$work/pipe.out"; fail "mpprun $*"; }; }
+pipe --max-steps 12 --out-dir "$work/pipe_whole"
+pipe --max-steps 6 --save-every 6 --out-dir "$work/pipe_split"
+[[ -f "$work/pipe_split/checkpoints/step_6/stage_0.pt" && -f "$work/pipe_split/checkpoints/step_6/stage_1.pt" ]] ||
+  fail "the pipeline checkpoint lacks a stage file"
+pipe --max-steps 12 --resume latest --out-dir "$work/pipe_split"
+diff <(losses "$work/pipe_whole") <(losses "$work/pipe_split") || fail "resumed pipeline run's losses differ"
+if run --config "$work/dropout.json" --resume latest --out-dir "$work/pipe_split" 2> "$work/mode.err"; then
+  fail "a pipeline checkpoint was resumed by a single process"
+fi
+grep -q "written by a pipeline run" "$work/mode.err" || fail "unexpected message: $(cat "$work/mode.err")"
 echo "PASS"

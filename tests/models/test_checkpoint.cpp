@@ -83,7 +83,7 @@ struct Run {
   }
 
   void save(const fs::path& dir) {
-    ckpt::write_checkpoint(dir, {ckpt::training_state_file(*model, optimizer)},
+    ckpt::write_checkpoint(dir, {ckpt::training_state_file(ckpt::model_tensors(*model), optimizer)},
                            {{"config", to_json(cfg)}, {"progress", ckpt::to_json(progress)}});
   }
 

@@ -181,8 +181,20 @@ TEST_CASE(
   CHECK(layers.input_shape(3) == std::vector<std::int64_t>{12, cfg.hidden_size});
   auto embed = layers.build(0, 1), stage = layers.build(1, 3), rest = layers.build(3, 5);
   embed->eval(), stage->eval(), rest->eval();
+  // Stage 0 takes the ids as floats (the pipeline's one dtype) or as int64.
+  CHECK(torch::allclose(rest->forward(stage->forward(embed->forward(tokens.to(torch::kFloat)))),
+                        whole->forward(tokens), 1e-6, 1e-6));
   CHECK(torch::allclose(rest->forward(stage->forward(embed->forward(tokens))),
                         whole->forward(tokens), 1e-6, 1e-6));
+  CHECK_THROWS_WITH_AS(embed->forward(torch::full({1, 4}, 2.5)),
+                       doctest::Contains("must be whole numbers"), std::invalid_argument);
+  for (const auto& item : stage->named_parameters()) {
+    const auto global = global_parameter_name(item.key());
+    REQUIRE_MESSAGE(whole_params.find(global) != nullptr, global);
+    CHECK(torch::equal(whole_params[global], item.value()));
+  }
+  CHECK(global_parameter_name("block12.fc.bias") == "blocks.12.fc.bias");
+  CHECK(global_parameter_name("head.ln.weight") == "head.ln.weight");
 
   CHECK_THROWS_WITH_AS(TinyTransformer(cfg, 3, 6), doctest::Contains("outside the model's 5 parts"),
                        std::invalid_argument);

@@ -282,25 +282,24 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
       const fs::path logs = raw_dir / (raw_name(group.folder, name) + "_logs");
       const fs::path err = raw_dir / (raw_name(group.folder, name) + ".stderr");
       // Every binary goes through mpprun when it is built: it sets the torchrun variables a
-      // benchmark's init_process_group() reads, even for one rank. The JSON is the console output
-      // of rank 0 (--benchmark_format=json), read from mpprun's per-rank log: a shared
-      // --benchmark_out file would be opened, and truncated, by every rank.
+      // benchmark's init_process_group() reads, even for one rank. Each rank writes its own
+      // --benchmark_out file (a shell expands $RANK in each rank's process): one shared file
+      // would be opened, and truncated, by every rank. Rank 0's file is the result; when a
+      // binary writes none, its console output (--benchmark_format=json) is read instead.
       const bool launched = fs::exists(mpprun);
+      const fs::path rank_out = raw_dir / (raw_name(group.folder, name) + ".rank");
       std::string command = env;
       if (launched)
         command += shell_quote(mpprun.string()) + " --nproc-per-node " + std::to_string(ranks) + " --log-dir " +
                    shell_quote(logs.string()) + " ";
       else if (ranks > 1)
         command += "false mpprun-is-not-built ";
-      // --benchmark_out as well, because a binary whose other ranks pass a silent file reporter
-      // needs it (Google Benchmark refuses a file reporter without it); its content is not used.
-      command += shell_quote(binary.string()) + " --benchmark_format=json --benchmark_out=" +
-                 shell_quote((raw_dir / (raw_name(group.folder, name) + ".out_ignored.json")).string()) +
-                 " --benchmark_out_format=json";
-      if (!min_time.empty()) command += " --benchmark_min_time=" + min_time;
-      if (!filter.empty()) command += " --benchmark_filter=" + shell_quote(filter);
-      for (const auto& a : settings.value("args", json::array())) command += " " + shell_quote(a.get<std::string>());
-      command += " 2>" + shell_quote(err.string());
+      std::string inner = "exec " + shell_quote(binary.string()) + " --benchmark_format=json --benchmark_out=" +
+                          shell_quote(rank_out.string()) + "\"${RANK:-0}\".json --benchmark_out_format=json";
+      if (!min_time.empty()) inner += " --benchmark_min_time=" + min_time;
+      if (!filter.empty()) inner += " --benchmark_filter=" + shell_quote(filter);
+      for (const auto& a : settings.value("args", json::array())) inner += " " + shell_quote(a.get<std::string>());
+      command += "sh -c " + shell_quote(inner) + " 2>" + shell_quote(err.string());
       std::cerr << "bench-report: running " << name << " on " << ranks << " rank(s) ..." << std::flush;
       const auto r = run(command, timeout_s);
       std::cerr << " " << std::fixed << std::setprecision(0) << r.seconds << " s, exit " << r.status << "\n";
@@ -316,19 +315,39 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
                       : stdout_text.find("\n{") != std::string::npos ? stdout_text.find("\n{") + 1
                                                                      : std::string::npos;
       if (at != std::string::npos) json_text = stdout_text.substr(at, json_object_length(stdout_text, at));
-      const bool parsed = !json_text.empty() && !json::parse(json_text, nullptr, false).is_discarded();
-      if (parsed) write_file(out_json, json_text);
+      bool parsed = false;
+      const fs::path rank0_file = rank_out.string() + "0.json";
+      if (fs::exists(rank0_file) && !json::parse(read_file(rank0_file), nullptr, false).is_discarded()) {
+        write_file(out_json, read_file(rank0_file));
+        parsed = true;
+      } else if (!json_text.empty() && !json::parse(json_text, nullptr, false).is_discarded()) {
+        write_file(out_json, json_text);
+        parsed = true;
+      }
+      if (!json_text.empty() && !parsed) json_text.clear();
       json entry{{"group", group.folder},
                  {"binary", name},
                  {"ranks", ranks},
-                 {"path", fs::relative(binary, build_dir).string()},
+                 {"path", fs::relative(binary, source_dir).string()},
                  {"status", r.status},
                  {"seconds", r.seconds},
                  {"blas", first_line_with(stdout_text.substr(0, at == std::string::npos ? stdout_text.size() : at), "BLAS:")},
                  {"raw", out_json.filename().string()}};
       if (!settings.value("note", "").empty()) entry["note"] = settings.value("note", "");
-      if (parsed && at + json_text.size() < stdout_text.size())  // what it printed after the JSON
+      // What it printed after its measurements: after the console JSON, or after the last line of
+      // its console table (the line that holds the name of its last benchmark).
+      if (parsed && !json_text.empty() && at + json_text.size() < stdout_text.size()) {
         entry["epilogue"] = last_lines(trim(stdout_text.substr(at + json_text.size())), 40);
+      } else if (parsed && json_text.empty()) {
+        static const std::regex ansi("\x1b\\[[0-9;]*m");
+        const std::string plain = std::regex_replace(stdout_text, ansi, "");
+        const auto runs = json::parse(read_file(out_json)).value("benchmarks", json::array());
+        if (!runs.empty()) {
+          const auto last = plain.rfind(runs.back().value("name", "\n"));
+          const auto eol = last == std::string::npos ? std::string::npos : plain.find('\n', last);
+          if (eol != std::string::npos) entry["epilogue"] = last_lines(trim(plain.substr(eol)), 40);
+        }
+      }
       if (r.status != 0 || !parsed) {
         entry["failure"] = last_lines(r.output + stderr_text, 15);
         if (!launched && ranks > 1) entry["failure"] = "mpprun is not built: build the mpprun target\n";

@@ -103,6 +103,38 @@ struct StateFile {
   std::map<std::string, std::map<std::string, torch::Tensor>> groups;
 };
 
+/// Parameters (or any tensors) by name.
+using NamedTensors = std::map<std::string, torch::Tensor>;
+
+/// One state file as bytes (torch.save's zip format) and its manifest entry.
+struct EncodedFile {
+  std::vector<char> bytes;
+  nlohmann::json entry;  // {"bytes", "crc32", "tensors"}
+};
+
+/// Pickles `file`; the `progress` keys are copied into the dict for readers without the manifest.
+inline EncodedFile encode_state_file(const StateFile& file, const nlohmann::json& progress) {
+  c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& [group, named] : file.groups) {
+    c10::Dict<std::string, torch::Tensor> dict;
+    for (const auto& [name, tensor] : named) {
+      // Own storage, contiguous: views of a larger buffer would drag it into the file.
+      dict.insert(name, tensor.detach().contiguous().clone());
+      tensors[group + "/" + name] = detail::tensor_entry(tensor);
+    }
+    root.insert(group, dict);
+  }
+  root.insert("format", std::string(format_name));
+  if (progress.is_object())
+    for (const auto& [key, value] : progress.items()) root.insert(key, value.get<std::int64_t>());
+  EncodedFile out;
+  out.bytes = torch::pickle_save(root);
+  out.entry = {
+      {"bytes", out.bytes.size()}, {"crc32", detail::crc32(out.bytes)}, {"tensors", tensors}};
+  return out;
+}
+
 /// Writes `files` and the manifest into `dir` atomically (temp directory, then rename).
 /// `meta` is stored in the manifest as is (config, progress, ...).
 inline void write_checkpoint(const std::filesystem::path& dir, const std::vector<StateFile>& files,
@@ -119,25 +151,10 @@ inline void write_checkpoint(const std::filesystem::path& dir, const std::vector
   manifest["format"] = format_name;
   manifest["files"] = nlohmann::json::object();
   for (const auto& file : files) {
-    c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
-    nlohmann::json tensors = nlohmann::json::object();
-    for (const auto& [group, named] : file.groups) {
-      c10::Dict<std::string, torch::Tensor> dict;
-      for (const auto& [name, tensor] : named) {
-        // Own storage, contiguous: views of a larger buffer would drag it into the file.
-        dict.insert(name, tensor.detach().contiguous().clone());
-        tensors[group + "/" + name] = detail::tensor_entry(tensor);
-      }
-      root.insert(group, dict);
-    }
-    root.insert("format", std::string(format_name));
-    if (meta.contains("progress"))
-      for (const auto& [key, value] : meta["progress"].items())
-        root.insert(key, value.get<std::int64_t>());
-    const std::vector<char> bytes = torch::pickle_save(root);
-    detail::write_bytes(tmp / file.name, bytes);
-    manifest["files"][file.name] = {
-        {"bytes", bytes.size()}, {"crc32", detail::crc32(bytes)}, {"tensors", tensors}};
+    const auto encoded =
+        encode_state_file(file, meta.contains("progress") ? meta["progress"] : nlohmann::json{});
+    detail::write_bytes(tmp / file.name, encoded.bytes);
+    manifest["files"][file.name] = encoded.entry;
   }
   {
     std::ofstream out(tmp / "manifest.json");
@@ -225,25 +242,24 @@ inline LoadedCheckpoint read_checkpoint(const std::filesystem::path& dir) {
 // ---- The training state of one model + AdamW optimizer ------------------------------------
 
 /// Named parameters as a map (what goes into the "model" group).
-inline std::map<std::string, torch::Tensor> model_tensors(const torch::nn::Module& model) {
-  std::map<std::string, torch::Tensor> out;
+inline NamedTensors model_tensors(const torch::nn::Module& model) {
+  NamedTensors out;
   for (const auto& item : model.named_parameters()) out[item.key()] = item.value();
   for (const auto& item : model.named_buffers()) out[item.key()] = item.value();
   return out;
 }
 
 /// AdamW's per-parameter state, by parameter name ("<name>.exp_avg", ".exp_avg_sq", ".step").
-inline std::map<std::string, torch::Tensor> adamw_tensors(const torch::nn::Module& model,
-                                                          torch::optim::AdamW& optimizer) {
-  std::map<std::string, torch::Tensor> out;
+inline NamedTensors adamw_tensors(const NamedTensors& params, torch::optim::AdamW& optimizer) {
+  NamedTensors out;
   auto& state = optimizer.state();
-  for (const auto& item : model.named_parameters()) {
-    auto it = state.find(detail::state_key(item.value()));
-    if (it == state.end()) continue;  // no step taken on this parameter yet
+  for (const auto& [name, param] : params) {
+    auto it = state.find(detail::state_key(param));
+    if (it == state.end()) continue;  // no step taken on this parameter yet (or a buffer)
     auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
-    out[item.key() + ".exp_avg"] = s.exp_avg();
-    out[item.key() + ".exp_avg_sq"] = s.exp_avg_sq();
-    out[item.key() + ".step"] = torch::tensor(s.step(), torch::kLong);
+    out[name + ".exp_avg"] = s.exp_avg();
+    out[name + ".exp_avg_sq"] = s.exp_avg_sq();
+    out[name + ".step"] = torch::tensor(s.step(), torch::kLong);
   }
   return out;
 }
@@ -264,7 +280,8 @@ inline void set_cpu_rng_state(const torch::Tensor& state) {
 /// Checks that `file` matches `model` exactly (every parameter present with its shape and
 /// dtype, nothing extra, optimizer state complete or absent) and only then copies it into the
 /// model, the optimizer and (if present) the CPU generator. Throws CheckpointError otherwise.
-inline void restore_training_state(const StateFile& file, torch::nn::Module& model,
+/// `current` names the tensors to fill (a stage's parameters under the whole model's names).
+inline void restore_training_state(const StateFile& file, const NamedTensors& current,
                                    torch::optim::AdamW& optimizer, const std::string& origin,
                                    const std::string& rng_key = "cpu") {
   const std::string refuse = "mpp: refusing checkpoint " + origin + ": ";
@@ -279,7 +296,6 @@ inline void restore_training_state(const StateFile& file, torch::nn::Module& mod
   };
   const auto& saved = group("model");
   const auto& saved_opt = group("optimizer");
-  const auto current = model_tensors(model);
   for (const auto& [name, tensor] : current) {
     auto it = saved.find(name);
     if (it == saved.end())
@@ -295,17 +311,16 @@ inline void restore_training_state(const StateFile& file, torch::nn::Module& mod
       throw CheckpointError(refuse + "the checkpoint has parameter " + name +
                             " that the model does not" + fix);
   std::size_t with_state = 0;
-  for (const auto& item : model.named_parameters()) {
-    const auto& p = item.value();
-    const int present = int(saved_opt.count(item.key() + ".exp_avg")) +
-                        int(saved_opt.count(item.key() + ".exp_avg_sq")) +
-                        int(saved_opt.count(item.key() + ".step"));
+  for (const auto& [key, p] : current) {
+    const int present = int(saved_opt.count(key + ".exp_avg")) +
+                        int(saved_opt.count(key + ".exp_avg_sq")) +
+                        int(saved_opt.count(key + ".step"));
     if (present == 0) continue;
     if (present != 3)
-      throw CheckpointError(refuse + "optimizer state of " + item.key() + " is incomplete" + fix);
+      throw CheckpointError(refuse + "optimizer state of " + key + " is incomplete" + fix);
     for (const char* suffix : {".exp_avg", ".exp_avg_sq"})
-      if (saved_opt.at(item.key() + suffix).sizes() != p.sizes())
-        throw CheckpointError(refuse + "optimizer state " + item.key() + suffix +
+      if (saved_opt.at(key + suffix).sizes() != p.sizes())
+        throw CheckpointError(refuse + "optimizer state " + key + suffix +
                               " does not match the parameter's shape" + fix);
     ++with_state;
   }
@@ -327,30 +342,35 @@ inline void restore_training_state(const StateFile& file, torch::nn::Module& mod
     for (const auto& [name, tensor] : current) tensor.copy_(saved.at(name));
   }
   auto& state = optimizer.state();
-  for (const auto& item : model.named_parameters()) {
-    const auto key = detail::state_key(item.value());
-    if (!saved_opt.count(item.key() + ".step")) {
+  for (const auto& [name, param] : current) {
+    const auto key = detail::state_key(param);
+    if (!saved_opt.count(name + ".step")) {
       state.erase(key);
       continue;
     }
     auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->step(saved_opt.at(item.key() + ".step").item<std::int64_t>());
-    s->exp_avg(saved_opt.at(item.key() + ".exp_avg").clone());
-    s->exp_avg_sq(saved_opt.at(item.key() + ".exp_avg_sq").clone());
+    s->step(saved_opt.at(name + ".step").item<std::int64_t>());
+    s->exp_avg(saved_opt.at(name + ".exp_avg").clone());
+    s->exp_avg_sq(saved_opt.at(name + ".exp_avg_sq").clone());
     state[key] = std::move(s);
   }
   if (rng != file.groups.end()) set_cpu_rng_state(rng->second.at(rng_key));
 }
 
+inline void restore_training_state(const StateFile& file, torch::nn::Module& model,
+                                   torch::optim::AdamW& optimizer, const std::string& origin,
+                                   const std::string& rng_key = "cpu") {
+  restore_training_state(file, model_tensors(model), optimizer, origin, rng_key);
+}
+
 /// The state file of a whole model (single process, or DDP rank 0). `rng_states` holds the
 /// generator state of every rank ("cpu" for rank 0, "cpu_rank_<r>" for the others); empty means
 /// this process's generator only.
-inline StateFile training_state_file(const torch::nn::Module& model, torch::optim::AdamW& optimizer,
-                                     std::map<std::string, torch::Tensor> rng_states = {},
-                                     std::string name = "state.pt") {
+inline StateFile training_state_file(const NamedTensors& params, torch::optim::AdamW& optimizer,
+                                     NamedTensors rng_states = {}, std::string name = "state.pt") {
   StateFile file{std::move(name), {}};
-  file.groups["model"] = model_tensors(model);
-  file.groups["optimizer"] = adamw_tensors(model, optimizer);
+  file.groups["model"] = params;
+  file.groups["optimizer"] = adamw_tensors(params, optimizer);
   if (rng_states.empty()) rng_states["cpu"] = cpu_rng_state();
   file.groups["rng"] = std::move(rng_states);
   return file;

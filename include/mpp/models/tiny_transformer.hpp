@@ -27,6 +27,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -273,9 +274,27 @@ inline std::int64_t part_parameters(const TransformerConfig& cfg, int part) {
   return (3 * h * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h) + 4 * h;
 }
 
+/// Token ids carried as floats back to int64. A pipeline moves one dtype between its stages and
+/// checks stage 0's input against it too, so there the ids travel as float (exact below 2^24).
+class TokenIdsImpl : public torch::nn::Module {
+ public:
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (!x.is_floating_point()) return x;
+    auto ids = x.round();
+    if (!torch::equal(ids, x) ||
+        (x.numel() > 0 && (x.min().item<double>() < 0 || x.max().item<double>() >= (1 << 24))))
+      throw std::invalid_argument(
+          "mpp: token ids given as floats must be whole numbers in "
+          "[0, 2^24); pass the token tensor converted with .to(kFloat)");
+    return ids.to(torch::kLong);
+  }
+};
+TORCH_MODULE(TokenIds);
+
 /// The model as a sequence of layers for the partition policies (mpp::layered_model): layer k is
 /// part k, so a pipeline stage owning layers [begin, end) builds exactly those parts. Between
-/// stages travel hidden states [T, H] per sample in float; the first stage reads int64 tokens [T].
+/// stages travel hidden states [T, H] per sample in float; stage 0 reads token ids [T], as
+/// floats (a TokenIds module in front of the embedding turns them back into int64).
 struct TinyTransformerLayers {
   TransformerConfig config;
   std::int64_t sequence_length = 64;
@@ -288,9 +307,26 @@ struct TinyTransformerLayers {
   }
   c10::ScalarType dtype() const { return c10::kFloat; }
   torch::nn::Sequential build(int begin, int end) const {
-    return make_transformer_parts(config, begin, end);
+    auto parts = make_transformer_parts(config, begin, end);
+    if (begin != 0) return parts;
+    torch::nn::Sequential seq;
+    seq->push_back("token_ids", TokenIds());
+    const auto names = parts->named_children().keys();
+    std::size_t i = 0;
+    for (auto it = parts->begin(); it != parts->end(); ++it, ++i) seq->push_back(names[i], *it);
+    return seq;
   }
 };
+
+/// The whole model's name of a parameter of a Sequential made by make_transformer_parts() or
+/// TinyTransformerLayers::build() ("block3.attn.qkv.weight" -> "blocks.3.attn.qkv.weight"), so
+/// that stage checkpoints use the names of the whole model.
+inline std::string global_parameter_name(const std::string& stage_name) {
+  if (stage_name.rfind("block", 0) == 0 && stage_name.size() > 5 &&
+      std::isdigit(static_cast<unsigned char>(stage_name[5])))
+    return "blocks." + stage_name.substr(5);
+  return stage_name;
+}
 
 /// Mean next-token cross-entropy of logits [B, T, V] against targets [B, T].
 inline torch::Tensor language_model_loss(const torch::Tensor& logits,

@@ -1,0 +1,250 @@
+// Pipeline throughput: every Schedule x Comm x Partition of the one policy list
+// (tests/support/policies.hpp), instantiated through Boost.Hana, on P = 2 ranks and two
+// configurations; next to them, the same GPipe step written as a plain loop over raw c10d calls
+// (no library) and the single-process model that "ideal = 2 x M/(M+1) x single" refers to.
+// Samples/s are items_per_second; counters give the measured bubble of the last step next to the
+// verifier's prediction (unit costs, and the measured F/B/I/W costs).
+//
+//   mpprun --nproc-per-node 2 ./pipeline_bench [--benchmark_filter=...] [--benchmark_format=json]
+//
+// Every rank runs the same benchmarks with fixed iteration counts (the ranks must exchange the
+// same messages); only rank 0 reports. The single-process baseline runs on rank 0 alone while
+// rank 1 waits at a barrier, so it has a core to itself.
+#include <benchmark/benchmark.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adam.h>
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <boost/hana/for_each.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mpp/comm.hpp"
+#include "mpp/pipeline.hpp"
+#include "mpp/util/blas.hpp"
+#include "support/policies.hpp"
+
+namespace hana = boost::hana;
+
+namespace {
+
+struct Config {
+  const char* name;
+  std::int64_t hidden;
+  std::int64_t batch;
+  int iterations;
+};
+
+// The course's model, and the compute-bound one; both 16 layers, M = 8 micro-batches.
+constexpr Config course{"course_h128_b32", 128, 32, 100};
+constexpr Config compute_bound{"compute_h1024_b128", 1024, 128, 10};
+constexpr int M = 8;
+constexpr int P = 2;
+constexpr int warmup_steps = 3;
+
+mpp::ProcessGroup* world = nullptr;
+
+mpp::models::MlpConfig model_of(const Config& c) {
+  return {.hidden = c.hidden, .layers = mpp::test::partition_layers, .seed = 1};
+}
+
+struct MeanSquaredError {
+  at::Tensor operator()(const at::Tensor& out, const at::Tensor& target) const {
+    return torch::nn::functional::mse_loss(out, target);
+  }
+};
+
+template <class Pipe>
+void library(benchmark::State& state, const Config& c) {
+  world->barrier();
+  const auto cfg = model_of(c);
+  Pipe pipe(*world, mpp::MlpModel{cfg});
+  torch::optim::Adam adam(pipe.parameters(), torch::optim::AdamOptions(1e-4));
+  const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
+  const at::Tensor x = pipe.is_first() ? batch.inputs : at::Tensor();
+  const at::Tensor y = pipe.is_last() ? batch.targets : at::Tensor();
+  auto step = [&] {
+    adam.zero_grad();
+    pipe.train_step(x, y, MeanSquaredError{});
+    adam.step();
+  };
+  for (int i = 0; i < warmup_steps; ++i) step();
+  for (auto _ : state) step();
+  state.SetItemsProcessed(state.iterations() * c.batch);
+  if (const auto report = mpp::report_last_step(pipe)) {
+    state.counters["bubble"] = report->figures.bubble;
+    state.counters["bubble_pred_unit"] = report->predicted_unit.bubble_fraction();
+    state.counters["bubble_pred_meas"] = report->predicted_measured.bubble_fraction();
+    state.counters["peak_act_MiB_r0"] =
+        static_cast<double>(report->figures.peak_activation_bytes[0]) / (1 << 20);
+  }
+}
+
+/// GPipe over two ranks written by hand on raw c10d calls: what Pipeline<Uniform<2>, GPipe<8>,
+/// Async<Gloo>> does, with nothing general about it (known shapes, no header, no trace).
+void hand_written_gpipe(benchmark::State& state, const Config& c) {
+  world->barrier();
+  const auto cfg = model_of(c);
+  const int rank = world->rank();
+  auto stage =
+      mpp::models::make_mlp_layers(cfg, rank * cfg.layers / 2, (rank + 1) * cfg.layers / 2);
+  torch::optim::Adam adam(stage->parameters(), torch::optim::AdamOptions(1e-4));
+  const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
+  const auto xs = batch.inputs.chunk(M);
+  const auto ys = batch.targets.chunk(M);
+  c10d::ProcessGroup& pg = world->c10d_group();
+  const std::int64_t mb = c.batch / M;
+  auto step = [&] {
+    adam.zero_grad();
+    std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+    std::vector<at::Tensor> outs(M), ins(M), bufs(M);
+    double loss_sum = 0.0;
+    if (rank == 0) {
+      for (int i = 0; i < M; ++i) {
+        outs[i] = stage->forward(xs[i]);
+        std::vector<at::Tensor> t{outs[i].detach()};
+        sends.push_back(pg.send(t, 1, i));
+      }
+      std::vector<c10::intrusive_ptr<c10d::Work>> recvs;
+      for (int i = 0; i < M; ++i) {
+        bufs[i] = at::empty({mb, cfg.hidden});
+        std::vector<at::Tensor> t{bufs[i]};
+        recvs.push_back(pg.recv(t, 1, M + i));
+      }
+      for (int i = 0; i < M; ++i) {
+        recvs[i]->wait();
+        outs[i].backward(bufs[i]);
+      }
+    } else {
+      std::vector<c10::intrusive_ptr<c10d::Work>> recvs;
+      for (int i = 0; i < M; ++i) {
+        bufs[i] = at::empty({mb, cfg.hidden});
+        std::vector<at::Tensor> t{bufs[i]};
+        recvs.push_back(pg.recv(t, 0, i));
+      }
+      std::vector<at::Tensor> losses(M);
+      for (int i = 0; i < M; ++i) {
+        recvs[i]->wait();
+        ins[i] = bufs[i].requires_grad_(true);
+        losses[i] = torch::nn::functional::mse_loss(stage->forward(ins[i]), ys[i]) / M;
+        loss_sum += losses[i].item<double>();
+      }
+      for (int i = 0; i < M; ++i) {
+        losses[i].backward();
+        std::vector<at::Tensor> t{ins[i].grad()};
+        sends.push_back(pg.send(t, 0, M + i));
+      }
+    }
+    for (auto& s : sends) s->wait();
+    std::vector<at::Tensor> loss{at::scalar_tensor(loss_sum, at::kDouble)};
+    pg.broadcast(loss, {1, 0})->wait();
+    adam.step();
+  };
+  for (int i = 0; i < warmup_steps; ++i) step();
+  for (auto _ : state) step();
+  state.SetItemsProcessed(state.iterations() * c.batch);
+}
+
+/// The whole model on one process and one core (rank 0; rank 1 waits).
+void single_process(benchmark::State& state, const Config& c) {
+  world->barrier();
+  if (world->rank() == 0) {
+    const auto cfg = model_of(c);
+    auto model = mpp::models::make_full_mlp(cfg);
+    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-4));
+    const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
+    auto step = [&] {
+      adam.zero_grad();
+      torch::nn::functional::mse_loss(model->forward(batch.inputs), batch.targets).backward();
+      adam.step();
+    };
+    for (int i = 0; i < warmup_steps; ++i) step();
+    for (auto _ : state) step();
+    state.counters["ideal_P2_M8"] =
+        benchmark::Counter(static_cast<double>(state.iterations() * c.batch) * P * M / (M + 1.0),
+                           benchmark::Counter::kIsRate);
+  } else {
+    for (auto _ : state) {
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * c.batch);
+  world->barrier();
+}
+
+void register_all() {
+  for (const Config* c : {&course, &compute_bound}) {
+    const std::string suffix = std::string("/") + c->name;
+    benchmark::RegisterBenchmark(("single_process" + suffix).c_str(), single_process, *c)
+        ->Iterations(c->iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("hand_written/GPipe<8>/raw c10d Gloo/P=2" + suffix).c_str(),
+                                 hand_written_gpipe, *c)
+        ->Iterations(c->iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    // The matrix: one line per Schedule x Comm x Partition, from the policy list.
+    hana::for_each(mpp::test::hana_types<mpp::test::schedules<M>>, [&](auto schedule) {
+      using Sched = typename decltype(schedule)::type;
+      hana::for_each(mpp::test::hana_types<mpp::test::comm_policies>, [&](auto comm) {
+        using Comm = typename decltype(comm)::type;
+        hana::for_each(mpp::test::hana_types<mpp::test::partitions<P, Sched::chunks_per_rank>>,
+                       [&](auto part) {
+                         using Part = typename decltype(part)::type;
+                         using Pipe = mpp::Pipeline<Part, Sched, Comm>;
+                         const std::string name = mpp::schedule_display_name<Sched>() + "/" +
+                                                  mpp::comm_display_name<Comm>() + "/" +
+                                                  Part::name() + suffix;
+                         benchmark::RegisterBenchmark(name.c_str(), library<Pipe>, *c)
+                             ->Iterations(c->iterations)
+                             ->Unit(benchmark::kMillisecond)
+                             ->UseRealTime();
+                       });
+      });
+    });
+  }
+}
+
+class SilentReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  at::set_num_threads(1);
+  auto group = mpp::init_process_group();
+  world = &group;
+  if (group.size() != P) {
+    std::fprintf(stderr,
+                 "pipeline_bench runs on %d ranks: mpprun --nproc-per-node %d ./pipeline_bench\n",
+                 P, P);
+    return 2;
+  }
+  if (group.rank() == 0)
+    std::fprintf(stderr, "%s\n",
+                 mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str());
+  register_all();
+  // Only rank 0 reports: the other ranks drop --benchmark_out so that they do not write the
+  // same file at the same time.
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i)
+    if (group.rank() == 0 || std::string(argv[i]).rfind("--benchmark_out", 0) != 0)
+      args.push_back(argv[i]);
+  int arg_count = static_cast<int>(args.size());
+  benchmark::Initialize(&arg_count, args.data());
+  if (group.rank() == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    SilentReporter silent;
+    benchmark::RunSpecifiedBenchmarks(&silent);
+  }
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,4 @@
+#pragma once
+// Checkpoints loaded whole or refused, readable by torch.load; sharded across ranks.
+#include "mpp/checkpoint/checkpoint.hpp"
+#include "mpp/checkpoint/sharded.hpp"
