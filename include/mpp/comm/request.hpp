@@ -46,9 +46,9 @@ struct OpInfo {
   int tag = -1;
   int rank = -1;  // this rank in the group
   std::chrono::milliseconds deadline{0};
-  at::Tensor tensor;               // the caller's tensor (for its dtype and shape)
-  std::string_view reduction;      // collectives: "sum", "max", ...
-  int root = -1;                   // broadcast: the root's group rank
+  at::Tensor tensor;           // the caller's tensor (for its dtype and shape)
+  std::string_view reduction;  // collectives: "sum", "max", ...
+  int root = -1;               // broadcast: the root's group rank
   bool collective = false;
   std::shared_ptr<const std::vector<int>> group;  // global ranks of the group
   bool world = true;                              // the group is the whole job
