@@ -38,8 +38,8 @@ mpprun names the rank and its code or signal and exits with that code (128 + sig
 Exit 124 when --timeout expires, 130 on Ctrl-C (which stops all ranks).
 
 Security: as in PyTorch, the rendezvous store (c10d TCPStore, hosted by rank 0 on MASTER_PORT) is
-unauthenticated. On one host mpp binds it to the loopback interface; across hosts run only on a
-trusted network. Multi-node: start one mpprun per node with the same --nnodes, --master-addr and
+unauthenticated and, with LibTorch 1.13, listens on every interface of rank 0's host: run only on
+a trusted network or behind a firewall. Multi-node: start one mpprun per node with the same --nnodes, --master-addr and
 --master-port and its own --node-rank.)";
 
 }  // namespace

@@ -22,9 +22,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -193,14 +195,24 @@ inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env,
   c10::intrusive_ptr<c10d::Store> store;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
+  // Under torchrun the agent already serves the store on MASTER_PORT and says so; then every
+  // rank is a client and keys live under the attempt's prefix (the agent's store outlives
+  // restarts), as PyTorch's own workers do.
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent != nullptr && std::string_view(agent) == "True";
+  store_options.isServer = env.rank == 0 && !agent_store;
   store_options.numWorkers = env.world_size;
   store_options.waitWorkers = false;  // we wait ourselves, to name who is missing
   store_options.timeout = options.init_timeout;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    if (agent_store) {
+      const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+      store = c10::make_intrusive<c10d::PrefixStore>(
+          std::string("/worker/attempt_") + (attempt != nullptr && *attempt ? attempt : "0"), store);
+    }
   } catch (const std::exception& e) {
-    if (env.rank == 0)
+    if (store_options.isServer)
       throw CommError("init", -1,
                       "mpp: rank 0 could not serve the rendezvous store on port " +
                           std::to_string(env.master_port) + ": " + detail::error_text(e) +
