@@ -132,9 +132,10 @@ struct Checkpoints {
   }
   void save(int step, const mpp::ProcessGroup& world, torch::nn::Module& model,
             torch::optim::AdamW& optimizer) const {
-    mpp::checkpoint::write_checkpoint(rank_dir(step, world.rank()),
-                                      {mpp::checkpoint::training_state_file(model, optimizer)},
-                                      {{"progress", mpp::checkpoint::to_json({step, 0, step})}});
+    mpp::checkpoint::write_checkpoint(
+        rank_dir(step, world.rank()),
+        {mpp::checkpoint::training_state_file(mpp::checkpoint::model_tensors(model), optimizer)},
+        {{"progress", mpp::checkpoint::to_json({step, 0, step})}});
     world.barrier();  // every rank's files are in place before `latest` points at them
     if (world.rank() == 0) {
       const fs::path tmp = dir / "latest.tmp";
@@ -148,7 +149,8 @@ struct Checkpoints {
     if (step == 0) return 0;
     const fs::path from = rank_dir(step, world.rank());
     auto loaded = mpp::checkpoint::read_checkpoint(from);
-    mpp::checkpoint::restore_training_state(loaded.files.at("state.pt"), model, optimizer,
+    mpp::checkpoint::restore_training_state(loaded.files.at("state.pt"),
+                                            mpp::checkpoint::model_tensors(model), optimizer,
                                             from.string());
     return static_cast<int>(mpp::checkpoint::progress_from(loaded.manifest).step);
   }
