@@ -1,0 +1,114 @@
+#pragma once
+// What labs 07-09 share: train two pipelines on the course MLP and print them side by side (bubble
+// measured vs predicted, samples/s, rank 0's peak activations), with the last step's timeline and
+// Chrome trace of the second on request. Each lab only names the two pipeline types and its text.
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adam.h>
+#include <CLI/CLI.hpp>
+
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <string>
+#include <type_traits>
+
+#include "mpp/comm.hpp"
+#include "mpp/pipeline.hpp"
+#include "mpp/pipeline/measure.hpp"
+#include "mpp/util/blas.hpp"
+
+namespace lab {
+
+inline constexpr int micro_batches = 8;
+
+struct Options {
+  mpp::models::MlpConfig model;
+  std::int64_t batch = 32;
+  int steps = 20;
+  bool timeline = false;
+  std::string trace;
+};
+
+struct MeanSquaredError {
+  at::Tensor operator()(const at::Tensor& out, const at::Tensor& target) const {
+    return torch::nn::functional::mse_loss(out, target);
+  }
+};
+
+template <class Pipe>
+mpp::RunFigures train(const mpp::ProcessGroup& world, const Options& o) {
+  Pipe pipe(world, mpp::MlpModel{o.model});
+  torch::optim::Adam adam(pipe.parameters(), 1e-3);
+  auto batch = [&](int step) { return mpp::models::make_regression_batch(o.model, o.batch, step); };
+  auto figures = mpp::train_and_measure(pipe, adam, batch, MeanSquaredError{}, o.steps);
+  if (figures.report) std::printf("%s\n", figures.describe().c_str());
+  return figures;
+}
+
+struct Comparison {
+  const char* title;  // "ZB-H1 against 1F1B:"
+  const char* first;  // display names of the two pipelines
+  const char* second;
+};
+
+inline void print_row(const char* name, const mpp::RunFigures& run) {
+  const auto& r = *run.report;
+  std::printf(
+      "  %-22s bubble %5.1f%% (predicted %5.1f%%), %7.0f samples/s, rank 0 peak activations %s\n",
+      name, 100.0 * r.figures.bubble, 100.0 * r.predicted_measured.bubble_fraction(),
+      run.samples_per_second, mpp::trace::format_bytes(r.figures.peak_activation_bytes[0]).c_str());
+}
+
+/// Trains First then Second (every rank), and prints the comparison on the rank holding reports.
+template <class First, class Second>
+void compare(const mpp::ProcessGroup& world, const Options& o, const Comparison& c) {
+  const auto first = train<First>(world, o);
+  const auto second = train<Second>(world, o);
+  if (!second.report) return;
+  std::printf("%s\n", c.title);
+  print_row(c.first, first);
+  print_row(c.second, second);
+  const auto& b = *second.report;
+  if (o.timeline)
+    std::printf("\n%s, last step, measured (microseconds):\n%s", c.second, b.timeline().c_str());
+  if (!o.trace.empty() && b.write_chrome_trace(o.trace))
+    std::printf("Chrome trace of the last %s step written to %s (open it in ui.perfetto.dev)\n",
+                c.second, o.trace.c_str());
+}
+
+/// Parses the common options, starts the process group and calls run(world, options,
+/// std::integral_constant<int, P>) for P = 2 or 4 ranks.
+template <class Run>
+int main(int argc, char** argv, const char* lab, const char* description, Run run) {
+  CLI::App app{description};
+  Options o;
+  app.add_option("--hidden", o.model.hidden, "width of the Linear layers");
+  app.add_option("--layers", o.model.layers, "number of Linear layers");
+  app.add_option("--batch", o.batch, "samples per step");
+  app.add_option("--steps", o.steps, "timed steps");
+  app.add_flag("--timeline", o.timeline, "print the last step's measured timeline");
+  app.add_option("--trace", o.trace, "write the last step's Chrome trace JSON here");
+  CLI11_PARSE(app, argc, argv);
+
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group();
+  if (world.rank() == 0)
+    std::printf("%s\n%s: %d ranks, %d x Linear(%lld), batch %lld in %d micro-batches\n\n",
+                mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(),
+                lab, world.size(), o.model.layers, static_cast<long long>(o.model.hidden),
+                static_cast<long long>(o.batch), micro_batches);
+  switch (world.size()) {
+    case 2:
+      run(world, o, std::integral_constant<int, 2>{});
+      return 0;
+    case 4:
+      run(world, o, std::integral_constant<int, 4>{});
+      return 0;
+    default:
+      if (world.rank() == 0)
+        std::fprintf(stderr, "%s runs on 2 or 4 ranks: mpprun --nproc-per-node 2 ...\n", lab);
+      return 2;
+  }
+}
+
+}  // namespace lab
