@@ -14,46 +14,13 @@
 //
 //   mpprun --nproc-per-node 2 ./one_f_one_b [--hidden 128] [--batch 32] [--steps 20] [--timeline]
 //   [--trace 1f1b.json]
-#include <torch/nn/functional/loss.h>
-#include <torch/optim/adam.h>
-#include <CLI/CLI.hpp>
-
-#include <ATen/Parallel.h>
-
-#include <cstdio>
-
-#include "mpp/comm.hpp"
-#include "mpp/pipeline.hpp"
-#include "mpp/pipeline/measure.hpp"
-#include "mpp/util/blas.hpp"
+#include "../common/pipeline_lab.hpp"
 
 namespace {
 
-constexpr int M = 8;  // micro-batches per step
-
-struct Options {
-  mpp::models::MlpConfig model;
-  std::int64_t batch = 32;
-  int steps = 20;
-  bool timeline = false;
-  std::string trace;
-};
-
-struct MeanSquaredError {
-  at::Tensor operator()(const at::Tensor& out, const at::Tensor& target) const {
-    return torch::nn::functional::mse_loss(out, target);
-  }
-};
-
-template <class Pipe>
-mpp::RunFigures train(const mpp::ProcessGroup& world, const Options& o) {
-  Pipe pipe(world, mpp::MlpModel{o.model});
-  torch::optim::Adam adam(pipe.parameters(), 1e-3);
-  auto batch = [&](int step) { return mpp::models::make_regression_batch(o.model, o.batch, step); };
-  auto figures = mpp::train_and_measure(pipe, adam, batch, MeanSquaredError{}, o.steps);
-  if (figures.report) std::printf("%s\n", figures.describe().c_str());
-  return figures;
-}
+constexpr int M = lab::micro_batches;
+using lab::Options;
+using lab::train;
 
 template <int P>
 void run(const mpp::ProcessGroup& world, const Options& o) {
@@ -84,34 +51,7 @@ void run(const mpp::ProcessGroup& world, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Lab 06: 1F1B, the same bubble as GPipe with less activation memory"};
-  Options o;
-  app.add_option("--hidden", o.model.hidden, "width of the Linear layers");
-  app.add_option("--layers", o.model.layers, "number of Linear layers");
-  app.add_option("--batch", o.batch, "samples per step");
-  app.add_option("--steps", o.steps, "timed steps");
-  app.add_flag("--timeline", o.timeline, "print the last step's measured timeline");
-  app.add_option("--trace", o.trace, "write the last step's Chrome trace JSON here");
-  CLI11_PARSE(app, argc, argv);
-
-  at::set_num_threads(1);
-  auto world = mpp::init_process_group();
-  if (world.rank() == 0)
-    std::printf("%s\nlab 06: %d ranks, %d x Linear(%lld), batch %lld in %d micro-batches\n\n",
-                mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(),
-                world.size(), o.model.layers, static_cast<long long>(o.model.hidden),
-                static_cast<long long>(o.batch), M);
-  switch (world.size()) {
-    case 2:
-      run<2>(world, o);
-      break;
-    case 4:
-      run<4>(world, o);
-      break;
-    default:
-      if (world.rank() == 0)
-        std::fprintf(stderr, "lab 06 runs on 2 or 4 ranks: mpprun --nproc-per-node 2 ...\n");
-      return 2;
-  }
-  return 0;
+  return lab::main(
+      argc, argv, "lab 06", "Lab 06: 1F1B, the same bubble as GPipe with less activation memory",
+      [](const auto& world, const auto& o, auto ranks) { run<decltype(ranks)::value>(world, o); });
 }

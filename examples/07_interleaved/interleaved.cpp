@@ -9,7 +9,7 @@
 //
 //   mpprun --nproc-per-node 2 ./interleaved [--hidden 128] [--batch 32] [--steps 20] [--timeline]
 //   [--trace interleaved.json]
-#include "../common/compare_lab.hpp"
+#include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {
   return lab::main(argc, argv, "lab 07",

@@ -1,7 +1,8 @@
 #pragma once
-// What labs 07-09 share: train two pipelines on the course MLP and print them side by side (bubble
-// measured vs predicted, samples/s, rank 0's peak activations), with the last step's timeline and
-// Chrome trace of the second on request. Each lab only names the two pipeline types and its text.
+// What the pipeline labs 06-09 share: their options, training the course MLP through a pipeline
+// with measurement, and the start-up on 2 or 4 ranks. Labs 07-09 also share `compare`: train two
+// pipelines and print them side by side (bubble measured vs predicted, samples/s, rank 0's peak
+// activations), with the second's last-step timeline and Chrome trace on request.
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
 #include <CLI/CLI.hpp>
