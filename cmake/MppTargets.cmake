@@ -1,3 +1,6 @@
+# GNUInstallDirs first: the install interface below needs CMAKE_INSTALL_INCLUDEDIR on the first configure.
+include(GNUInstallDirs)
+
 # mpp::schedule — the compile-time schedules, standard library only.
 add_library(mpp_schedule INTERFACE)
 add_library(mpp::schedule ALIAS mpp_schedule)
