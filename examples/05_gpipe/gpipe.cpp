@@ -9,7 +9,7 @@
 // micro-batch's mean loss is weighted by its share of the batch.
 //
 //   mpprun --nproc-per-node 2 ./gpipe [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace gpipe.json]
+//   [--trace gpipe.json] [--svg gpipe.svg]
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
 #include <CLI/CLI.hpp>
@@ -17,6 +17,8 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "mpp/comm.hpp"
 #include "mpp/pipeline.hpp"
@@ -31,6 +33,7 @@ struct Options {
   int steps = 20;
   bool timeline = false;
   std::string trace;
+  std::string svg;
 };
 
 struct MeanSquaredError {
@@ -38,6 +41,26 @@ struct MeanSquaredError {
     return torch::nn::functional::mse_loss(out, target);
   }
 };
+
+// The last step as the ranks measured it, drawn by the library's timeline renderer.
+void write_svg(const mpp::StepReport& r, const Options& o, const std::string& name) {
+  mpp::SvgOptions svg;
+  svg.title = name + " on " + std::to_string(r.figures.ranks) +
+              " ranks: the last training step as measured (microseconds)";
+  char subtitle[256];
+  std::snprintf(
+      subtitle, sizeof subtitle,
+      "step %.1f ms, bubble measured %.1f%%, predicted %.1f%% (measured costs, free "
+      "communication); %d x Linear(%lld), batch %lld, one thread per rank, 2 shared cores",
+      r.figures.step_us / 1e3, 100.0 * r.figures.bubble,
+      100.0 * r.predicted_measured.bubble_fraction(), o.model.layers,
+      static_cast<long long>(o.model.hidden), static_cast<long long>(o.batch));
+  svg.subtitle = subtitle;
+  std::ofstream out(o.svg);
+  out << mpp::trace::svg_timeline(r.traces, svg);
+  if (out)
+    std::printf("measured timeline of the last %s step drawn in %s\n", name.c_str(), o.svg.c_str());
+}
 
 template <int P, int M>
 void train(const mpp::ProcessGroup& world, const Options& o) {
@@ -59,6 +82,7 @@ void train(const mpp::ProcessGroup& world, const Options& o) {
       std::printf("\nGPipe<8>, last step, measured (microseconds):\n%s\n", r.timeline().c_str());
     if (!o.trace.empty() && r.write_chrome_trace(o.trace))
       std::printf("Chrome trace of the last GPipe<8> step written to %s\n", o.trace.c_str());
+    if (!o.svg.empty()) write_svg(r, o, "GPipe<8>");
   }
 }
 
@@ -86,6 +110,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "timed steps per M");
   app.add_flag("--timeline", o.timeline, "print the last GPipe<8> step's measured timeline");
   app.add_option("--trace", o.trace, "write the last GPipe<8> step's Chrome trace JSON here");
+  app.add_option("--svg", o.svg, "draw the last GPipe<8> step's measured timeline here (SVG)");
   CLI11_PARSE(app, argc, argv);
 
   at::set_num_threads(1);

@@ -2,7 +2,7 @@
 // What the pipeline labs 06-09 share: their options, training the course MLP through a pipeline
 // with measurement, and the start-up on 2 or 4 ranks. Labs 07-09 also share `compare`: train two
 // pipelines and print them side by side (bubble measured vs predicted, samples/s, rank 0's peak
-// activations), with the second's last-step timeline and Chrome trace on request.
+// activations), with the second's last-step timeline, Chrome trace and SVG picture on request.
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
 #include <CLI/CLI.hpp>
@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <type_traits>
 
@@ -28,6 +29,7 @@ struct Options {
   int steps = 20;
   bool timeline = false;
   std::string trace;
+  std::string svg;
 };
 
 struct MeanSquaredError {
@@ -44,6 +46,28 @@ mpp::RunFigures train(const mpp::ProcessGroup& world, const Options& o) {
   auto figures = mpp::train_and_measure(pipe, adam, batch, MeanSquaredError{}, o.steps);
   if (figures.report) std::printf("%s\n", figures.describe().c_str());
   return figures;
+}
+
+/// Draws the last step as every rank measured it, with the library's timeline renderer (the one
+/// mpp-schedule draws predictions with): compute boxes, and in grey the sends and the time spent
+/// blocked on a receive.
+inline void write_svg(const mpp::StepReport& r, const Options& o, const std::string& name) {
+  mpp::SvgOptions svg;
+  svg.title = name + " on " + std::to_string(r.figures.ranks) +
+              " ranks: the last training step as measured (microseconds)";
+  char subtitle[256];
+  std::snprintf(
+      subtitle, sizeof subtitle,
+      "step %.1f ms, bubble measured %.1f%%, predicted %.1f%% (measured costs, free "
+      "communication); %d x Linear(%lld), batch %lld, one thread per rank, 2 shared cores",
+      r.figures.step_us / 1e3, 100.0 * r.figures.bubble,
+      100.0 * r.predicted_measured.bubble_fraction(), o.model.layers,
+      static_cast<long long>(o.model.hidden), static_cast<long long>(o.batch));
+  svg.subtitle = subtitle;
+  std::ofstream out(o.svg);
+  out << mpp::trace::svg_timeline(r.traces, svg);
+  if (out)
+    std::printf("measured timeline of the last %s step drawn in %s\n", name.c_str(), o.svg.c_str());
 }
 
 struct Comparison {
@@ -75,6 +99,7 @@ void compare(const mpp::ProcessGroup& world, const Options& o, const Comparison&
   if (!o.trace.empty() && b.write_chrome_trace(o.trace))
     std::printf("Chrome trace of the last %s step written to %s (open it in ui.perfetto.dev)\n",
                 c.second, o.trace.c_str());
+  if (!o.svg.empty()) write_svg(b, o, c.second);
 }
 
 /// Parses the common options, starts the process group and calls run(world, options,
@@ -89,6 +114,7 @@ int main(int argc, char** argv, const char* lab, const char* description, Run ru
   app.add_option("--steps", o.steps, "timed steps");
   app.add_flag("--timeline", o.timeline, "print the last step's measured timeline");
   app.add_option("--trace", o.trace, "write the last step's Chrome trace JSON here");
+  app.add_option("--svg", o.svg, "draw the last step's measured timeline here (SVG)");
   CLI11_PARSE(app, argc, argv);
 
   at::set_num_threads(1);
