@@ -61,11 +61,13 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);  // the later labs run one rank per core; keep the baseline comparable
   mpp::util::print_blas_report(at::get_num_threads());
 
+  // [quote:model]
   // The model: 16 x (Linear(hidden, hidden) + ReLU), no ReLU after the last layer.
   mpp::models::MlpConfig cfg;
   cfg.hidden = args.hidden;
   auto model = mpp::models::make_full_mlp(cfg);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(args.lr));
+  // [/quote:model]
   std::printf("model: %d x Linear(%lld, %lld), %lld parameters\n", cfg.layers,
               static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.hidden),
               static_cast<long long>(cfg.layers * (cfg.hidden * cfg.hidden + cfg.hidden)));
@@ -77,10 +79,12 @@ int main(int argc, char** argv) {
   for (int step = 0; step < args.steps; ++step) {
     const auto batch =
         args.fresh ? mpp::models::make_regression_batch(cfg, args.batch, step) : fixed_batch;
+    // [quote:step]
     optimizer.zero_grad();
     auto loss = torch::nn::functional::mse_loss(model->forward(batch.inputs), batch.targets);
     loss.backward();
     optimizer.step();
+    // [/quote:step]
 
     last_loss = loss.item<double>();
     if (step == 0) first_loss = last_loss;

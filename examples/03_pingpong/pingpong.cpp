@@ -12,6 +12,7 @@
 // Rank 0 is the coordinator: it alone prints the table.
 #include <ATen/Parallel.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <unistd.h>
 
@@ -60,8 +61,10 @@ int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   at::set_num_threads(1);
 
+  // [quote:join]
   // Join the call: who am I (rank), how many are we (world size)?
   mpp::ProcessGroup world = mpp::init_process_group();
+  // [/quote:join]
   const mpp::Environment env = mpp::environment();
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
@@ -95,6 +98,7 @@ int main(int argc, char** argv) {
     const int iters =
         std::max(5, static_cast<int>(args.iters_scale *
                                      std::min<std::int64_t>(1000, (64 << 20) / (bytes * 8))));
+    // [quote:bounce]
     auto bounce = [&] {
       if (coordinator) {
         world.send(buffer, peer, 0);
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
         world.send(buffer, peer, 1);
       }
     };
+    // [/quote:bounce]
     for (int i = 0; i < 3; ++i) bounce();  // warm-up: first-touch of buffers, socket windows
     // Each round trip is timed on its own: the median shrugs off the moments when another
     // process had the core, the best shows what the path can do when nothing interferes.
@@ -127,6 +132,22 @@ int main(int argc, char** argv) {
                   static_cast<double>(bytes) / best / 1e6);
     }
   }
+
+  // Both ranks now send to each other at the same time. Gloo's send completes only when the peer
+  // receives, so two blocking sends would wait on each other until the deadline; posting both
+  // operations before waiting on either lets each rank's receive meet the other's send.
+  // [quote:exchange]
+  const auto out = at::full({4}, static_cast<float>(world.rank()));
+  const auto in = at::zeros({4}, at::kFloat);
+  mpp::Request r = world.irecv(in, peer, /*tag=*/2);
+  mpp::Request s = world.isend(out, peer, /*tag=*/2);
+  s.wait();
+  r.wait();
+  // [/quote:exchange]
+  world.barrier();  // the table above comes first
+  std::printf("rank %d: exchanged with rank %d at the same time, received %.0f\n", world.rank(),
+              peer, in[0].item<double>());
+  std::fflush(stdout);
   world.barrier();
   return 0;
 }

@@ -52,12 +52,14 @@ void run(const mpp::ProcessGroup& world, const Options& o) {
   // [/quote:pipeline]
   if (!figures.report) return;
   std::printf("\n%s\n", figures.describe().c_str());
+  // [quote:utilisation]
   std::printf("Utilisation (time computing / step time):\n");
   for (int r = 0; r < P; ++r)
     std::printf("  rank %d: %.1f%%\n", r,
                 100.0 * (1.0 - figures.report->figures.rank_bubble[static_cast<std::size_t>(r)]));
   std::printf("  pipeline: %.1f%% (stop-and-wait on %d ranks cannot exceed about %.0f%%)\n",
               100.0 * (1.0 - figures.report->figures.bubble), P, 100.0 / P);
+  // [/quote:utilisation]
   if (o.timeline)
     std::printf("\nLast step, measured (microseconds):\n%s", figures.report->timeline().c_str());
   if (!o.trace.empty() && figures.report->write_chrome_trace(o.trace))

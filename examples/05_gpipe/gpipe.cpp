@@ -41,11 +41,13 @@ struct MeanSquaredError {
 
 template <int P, int M>
 void train(const mpp::ProcessGroup& world, const Options& o) {
+  // [quote:train]
   mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, mpp::Async<mpp::Gloo>> pipe(world,
                                                                             mpp::MlpModel{o.model});
   torch::optim::Adam adam(pipe.parameters(), 1e-3);
   auto batch = [&](int step) { return mpp::models::make_regression_batch(o.model, o.batch, step); };
   const auto figures = mpp::train_and_measure(pipe, adam, batch, MeanSquaredError{}, o.steps);
+  // [/quote:train]
   if (!figures.report) return;
   const auto& r = *figures.report;
   std::printf("  %3d | %7.1f%% | %9.1f%% | %11.0f | %12s | %d\n", M, 100.0 * r.figures.bubble,
@@ -64,11 +66,13 @@ template <int P>
 void run(const mpp::ProcessGroup& world, const Options& o) {
   if (world.rank() == 0)
     std::printf("    M | bubble  | predicted  | samples/s   | rank 0 peak  | in flight\n");
+  // [quote:sweep]
   train<P, 1>(world, o);
   train<P, 2>(world, o);
   train<P, 4>(world, o);
   train<P, 8>(world, o);
   train<P, 16>(world, o);
+  // [/quote:sweep]
 }
 
 }  // namespace

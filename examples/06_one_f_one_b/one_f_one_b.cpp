@@ -24,9 +24,11 @@ using lab::train;
 
 template <int P>
 void run(const mpp::ProcessGroup& world, const Options& o) {
+  // [quote:pair]
   using Comm = mpp::Async<mpp::Gloo>;
   const auto gpipe = train<mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, Comm>>(world, o);
   const auto one_f_one_b = train<mpp::Pipeline<mpp::Uniform<P>, mpp::OneFOneB<M>, Comm>>(world, o);
+  // [/quote:pair]
   if (!one_f_one_b.report) return;
   const auto& g = *gpipe.report;
   const auto& f = *one_f_one_b.report;

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
       loss.backward();
       losses[r] = loss.item<double>();
     }
+    // [quote:average]
     // The "all-reduce": average each gradient and give the average to both replicas.
     {
       torch::NoGradGuard no_grad;
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
       }
     }
     for (auto& opt : optimizers) opt.step();
+    // [/quote:average]
 
     std::printf(
         "step %d  loss: whole batch %.6f | replica 0 (rows 0-%lld) %.6f | replica 1 (rows "

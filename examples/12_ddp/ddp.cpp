@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
 
   auto model = mpp::models::make_full_mlp(s.cfg);
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-4));
+  // [quote:train_step]
   auto train_step = [&](int step, auto&& sync) {
     opt.zero_grad();
     const auto b = local_batch(s, world, step);
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
     opt.step();
     return std::pair{loss.item<double>(), backward_s};
   };
+  // [/quote:train_step]
 
   // 1. Naive DP: backward, then one all-reduce per gradient tensor.
   double naive_step_s = 0, naive_comm_s = 0;
@@ -101,8 +103,10 @@ int main(int argc, char** argv) {
     naive_comm_s = naive.comm_seconds() / s.steps;
   }
 
+  // [quote:ddp]
   mpp::DDP<mpp::Async<mpp::Gloo>> ddp(
       *model, world, {.bucket_bytes = static_cast<std::size_t>(bucket_mb * 1024 * 1024)});
+  // [/quote:ddp]
   const auto& plan = ddp.buckets();
 
   // 2. Backward alone: DDP's no_sync() turns the hooks off.

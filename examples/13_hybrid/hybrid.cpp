@@ -27,7 +27,9 @@
 #include "mpp/models/mlp.hpp"
 #include "mpp/util/blas.hpp"
 
+// [quote:pipe]
 using Pipe = mpp::Pipeline<mpp::Uniform<2>, mpp::OneFOneB<4>, mpp::Async<mpp::Gloo>>;
+// [/quote:pipe]
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 30;
@@ -36,9 +38,11 @@ int main(int argc, char** argv) {
   auto world = mpp::init_process_group();
   const mpp::models::MlpConfig cfg;  // 16 x Linear(128)
 
+  // [quote:mesh]
   mpp::DataPipelineMesh mesh(world, Pipe::stages);  // throws if the world is not a multiple of 2
   mpp::DataParallelPipeline<Pipe> hybrid(mesh, mpp::MlpModel{cfg});
   torch::optim::Adam opt(hybrid.parameters(), torch::optim::AdamOptions(1e-3));
+  // [/quote:mesh]
   if (world.rank() == 0) {
     mpp::util::print_blas_report(at::get_num_threads());
     std::printf("%s x %d replicas on %d ranks, global batch %lld\n", Pipe::name().c_str(),
@@ -63,12 +67,14 @@ int main(int argc, char** argv) {
     std::vector<std::int64_t> rows(order.begin() + static_cast<std::ptrdiff_t>(first),
                                    order.begin() + static_cast<std::ptrdiff_t>(first) + shard);
     const auto index = torch::tensor(rows);
+    // [quote:step]
     opt.zero_grad();
     loss = hybrid.train_step(
         mesh.stage() == 0 ? data.inputs.index_select(0, index) : at::Tensor(),
         mesh.stage() == Pipe::stages - 1 ? data.targets.index_select(0, index) : at::Tensor(),
         [](const at::Tensor& out, const at::Tensor& y) { return torch::mse_loss(out, y); });
     opt.step();
+    // [/quote:step]
     if (world.rank() == 0 && (step % 10 == 0 || step + 1 == steps))
       std::printf("step %3d  global mean loss %.5f\n", step, loss);
   }
