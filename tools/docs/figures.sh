@@ -21,7 +21,7 @@ while (($#)); do
     --only) shift; while (($#)) && [[ $1 != --* ]]; do only+=("$1"); shift; done ;;
     --list)
       echo "targets: mpprun mpp-schedule monolith pingpong memory_wall naive_pipeline gpipe one_f_one_b"
-      echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer"
+      echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer mpp-plot"
       echo "figures: schedules pipeline monolith pingpong memory_wall data_parallel transformer"
       exit 0 ;;
     -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -111,6 +111,14 @@ if wanted transformer; then
   sed 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 4/' config/config.json >"$tmp/config4.json"
   log_name=transformer_4_blocks run "$lab" --config "$tmp/config4.json" --epochs 2 --out-dir "$tmp/l4"
   cp "$tmp/l4/loss_curve.svg" "$out/transformer/loss_curve_4_blocks.svg"
+  # Chapter 16: the same program on 2 ranks with DDP; each rank's train.log, drawn by mpp-plot.
+  log_name=transformer_ddp2 ranks 2 "$lab" --ddp --epochs 2 --out-dir "$tmp/ddp2"
+  log_name=transformer_ddp2_plot run "$(binary tools/docs/mpp-plot)" --x 1 --y 2 \
+    --title "Lab 14 with --ddp on 2 ranks: each rank's loss on its own half of each batch" \
+    --subtitle "logs/rank_<r>/train.log, every 5 steps; the same model on both ranks, different data" \
+    --x-label "optimizer step" --y-label "cross-entropy (nats per character)" \
+    "$tmp/ddp2/logs/rank_0/train.log=rank 0" "$tmp/ddp2/logs/rank_1/train.log=rank 1" \
+    --svg "$out/transformer/ddp2_rank_losses.svg"
 fi
 
 echo "figures: written under docs/figures/ (check them with tools/docs/mpp-docs check)"
