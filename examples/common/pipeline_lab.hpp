@@ -1,8 +1,9 @@
 #pragma once
-// What the pipeline labs 06-09 share: their options, training the course MLP through a pipeline
-// with measurement, and the start-up on 2 or 4 ranks. Labs 07-09 also share `compare`: train two
-// pipelines and print them side by side (bubble measured vs predicted, samples/s, rank 0's peak
-// activations), with the second's last-step timeline, Chrome trace and SVG picture on request.
+// What the pipeline labs 04-09 share: their options, training the course MLP through a pipeline
+// with measurement, the measured timeline as SVG, and the start-up on 2 or 4 ranks. Labs 07-09 also
+// share `compare`: train two pipelines and print them side by side (bubble measured vs predicted,
+// samples/s, rank 0's peak activations), with the second's last-step timeline, Chrome trace and SVG
+// picture on request.
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
 #include <CLI/CLI.hpp>
@@ -103,9 +104,11 @@ void compare(const mpp::ProcessGroup& world, const Options& o, const Comparison&
 }
 
 /// Parses the common options, starts the process group and calls run(world, options,
-/// std::integral_constant<int, P>) for P = 2 or 4 ranks.
+/// std::integral_constant<int, P>) for P = 2 or 4 ranks. `batching` says how the lab cuts the
+/// batch, for the header line (default: "in 8 micro-batches").
 template <class Run>
-int main(int argc, char** argv, const char* lab, const char* description, Run run) {
+int main(int argc, char** argv, const char* lab, const char* description, Run run,
+         const char* batching = nullptr) {
   CLI::App app{description};
   Options o;
   app.add_option("--hidden", o.model.hidden, "width of the Linear layers");
@@ -120,10 +123,12 @@ int main(int argc, char** argv, const char* lab, const char* description, Run ru
   at::set_num_threads(1);
   auto world = mpp::init_process_group();
   if (world.rank() == 0)
-    std::printf("%s\n%s: %d ranks, %d x Linear(%lld), batch %lld in %d micro-batches\n\n",
-                mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(),
-                lab, world.size(), o.model.layers, static_cast<long long>(o.model.hidden),
-                static_cast<long long>(o.batch), micro_batches);
+    std::printf(
+        "%s\n%s: %d ranks, %d x Linear(%lld), batch %lld %s\n\n",
+        mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(), lab,
+        world.size(), o.model.layers, static_cast<long long>(o.model.hidden),
+        static_cast<long long>(o.batch),
+        batching ? batching : ("in " + std::to_string(micro_batches) + " micro-batches").c_str());
   switch (world.size()) {
     case 2:
       run(world, o, std::integral_constant<int, 2>{});
