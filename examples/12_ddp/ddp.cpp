@@ -254,11 +254,13 @@ int main(int argc, char** argv) {
   const auto params = model->parameters();
   std::vector<Clock::time_point> ready(params.size());  // outlives the hooks' last use
   {
+    // [quote:ready_clock]
     std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
     for (std::size_t i = 0; i < params.size(); ++i) {
       accumulators.push_back(torch::autograd::impl::grad_accumulator(params[i]));
       accumulators.back()->add_post_hook(std::make_unique<ReadyClock>(&ready, i));
     }
+    // [/quote:ready_clock]
     const auto start = Clock::now();
     opt.zero_grad();
     const auto b = local_batch(s, world, s.steps);
