@@ -72,9 +72,11 @@ int main(int argc, char** argv) {
 
   // The baseline, and the same layers built as two parts (each layer's weights depend only on
   // the seed and its index, so part1 + part2 start equal to the monolith).
+  // [quote:parts]
   auto monolith = mpp::models::make_full_mlp(cfg);
   auto part1 = mpp::models::make_mlp_layers(cfg, 0, args.cut);
   auto part2 = mpp::models::make_mlp_layers(cfg, args.cut, cfg.layers);
+  // [/quote:parts]
   torch::optim::Adam monolith_opt(monolith->parameters(), torch::optim::AdamOptions(1e-3));
   torch::optim::Adam opt1(part1->parameters(), torch::optim::AdamOptions(1e-3));
   torch::optim::Adam opt2(part2->parameters(), torch::optim::AdamOptions(1e-3));
@@ -94,6 +96,7 @@ int main(int argc, char** argv) {
     // The split model.
     opt1.zero_grad();
     opt2.zero_grad();
+    // [quote:handoff]
     // Forward through part1; cut the graph at its output.
     torch::Tensor activation = part1->forward(batch.inputs);
     torch::Tensor received = activation.detach().requires_grad_(true);
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
     loss.backward();
     // Hand the activation's gradient back to part1 and continue its backward from there.
     activation.backward(received.grad());
+    // [/quote:handoff]
     opt1.step();
     opt2.step();
 

@@ -3,7 +3,7 @@
 // Start it through a launcher, which starts two separate processes (each with its own memory,
 // scheduled on its own core) and tells each one who it is through environment variables:
 //
-//   mpprun --nproc-per-node 2 ./pingpong [--max-bytes 16777216] [--iters-scale 1]
+//   mpprun --nproc-per-node 2 ./pingpong [--max-bytes 16777216] [--iters-scale 1] [--svg p.svg]
 //
 // Each process joins the process group (rank 0 hosts the rendezvous, everyone connects to
 // everyone through Gloo over a socket), then rank 0 sends a tensor to rank 1, which sends it
@@ -12,6 +12,7 @@
 // Rank 0 is the coordinator: it alone prints the table.
 #include <ATen/Parallel.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <unistd.h>
 
@@ -19,10 +20,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "mpp/comm.hpp"
+#include "mpp/trace/plot.hpp"
 #include "mpp/util/blas.hpp"
 
 namespace {
@@ -30,6 +33,7 @@ namespace {
 struct Args {
   std::int64_t max_bytes = 16 << 20;
   double iters_scale = 1.0;
+  std::string svg;  // rank 0 draws the one-way times here
 };
 
 Args parse(int argc, char** argv) {
@@ -40,8 +44,11 @@ Args parse(int argc, char** argv) {
       a.max_bytes = std::atoll(argv[i + 1]);
     else if (flag == "--iters-scale")
       a.iters_scale = std::atof(argv[i + 1]);
+    else if (flag == "--svg")
+      a.svg = argv[i + 1];
     else {
-      std::fprintf(stderr, "pingpong: unknown flag %s (use --max-bytes --iters-scale)\n", argv[i]);
+      std::fprintf(stderr, "pingpong: unknown flag %s (use --max-bytes --iters-scale --svg)\n",
+                   argv[i]);
       std::exit(2);
     }
   }
@@ -60,8 +67,10 @@ int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   at::set_num_threads(1);
 
+  // [quote:join]
   // Join the call: who am I (rank), how many are we (world size)?
   mpp::ProcessGroup world = mpp::init_process_group();
+  // [/quote:join]
   const mpp::Environment env = mpp::environment();
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
@@ -86,6 +95,7 @@ int main(int argc, char** argv) {
                 "MB/s median", "MB/s best");
   }
 
+  std::vector<mpp::trace::Series> one_way{{"median", {}, {}}, {"best", {}, {}}};
   for (std::int64_t bytes = 4; bytes <= args.max_bytes; bytes *= 4) {
     const std::int64_t elements = bytes / 4;  // float32
     auto buffer =
@@ -95,6 +105,7 @@ int main(int argc, char** argv) {
     const int iters =
         std::max(5, static_cast<int>(args.iters_scale *
                                      std::min<std::int64_t>(1000, (64 << 20) / (bytes * 8))));
+    // [quote:bounce]
     auto bounce = [&] {
       if (coordinator) {
         world.send(buffer, peer, 0);
@@ -104,6 +115,7 @@ int main(int argc, char** argv) {
         world.send(buffer, peer, 1);
       }
     };
+    // [/quote:bounce]
     for (int i = 0; i < 3; ++i) bounce();  // warm-up: first-touch of buffers, socket windows
     // Each round trip is timed on its own: the median shrugs off the moments when another
     // process had the core, the best shows what the path can do when nothing interferes.
@@ -122,11 +134,40 @@ int main(int argc, char** argv) {
       std::sort(round_trips.begin(), round_trips.end());
       const double median = round_trips[round_trips.size() / 2] / 2;  // one way
       const double best = round_trips.front() / 2;
+      for (auto& s : one_way) s.x.push_back(static_cast<double>(bytes));
+      one_way[0].y.push_back(median * 1e6);
+      one_way[1].y.push_back(best * 1e6);
       std::printf("%10s %8d %12.1f %12.1f %12.1f %12.1f\n", human_bytes(bytes).c_str(), iters,
                   median * 1e6, best * 1e6, static_cast<double>(bytes) / median / 1e6,
                   static_cast<double>(bytes) / best / 1e6);
     }
   }
+  if (coordinator && !args.svg.empty()) {
+    mpp::trace::PlotOptions plot;
+    plot.title = "Lab 03: one-way time of a tensor between two ranks (Gloo over loopback)";
+    plot.subtitle = "half a round trip, median and best of the round trips at each size";
+    plot.x_label = "message size (bytes)";
+    plot.y_label = "one-way time (microseconds)";
+    plot.log_x = plot.log_y = true;
+    std::ofstream(args.svg) << mpp::trace::render_line_plot(one_way, plot);
+    std::printf("one-way times drawn in %s\n", args.svg.c_str());
+  }
+
+  // Both ranks now send to each other at the same time. Gloo's send completes only when the peer
+  // receives, so two blocking sends would wait on each other until the deadline; posting both
+  // operations before waiting on either lets each rank's receive meet the other's send.
+  // [quote:exchange]
+  const auto out = at::full({4}, static_cast<float>(world.rank()));
+  const auto in = at::zeros({4}, at::kFloat);
+  mpp::Request r = world.irecv(in, peer, /*tag=*/2);
+  mpp::Request s = world.isend(out, peer, /*tag=*/2);
+  s.wait();
+  r.wait();
+  // [/quote:exchange]
+  world.barrier();  // the table above comes first
+  std::printf("rank %d: exchanged with rank %d at the same time, received %.0f\n", world.rank(),
+              peer, in[0].item<double>());
+  std::fflush(stdout);
   world.barrier();
   return 0;
 }

@@ -13,7 +13,7 @@
 // the verifier proves the result deadlock-free at compile time.
 //
 //   mpprun --nproc-per-node 2 ./one_f_one_b [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace 1f1b.json]
+//   [--trace 1f1b.json] [--svg 1f1b.svg]
 #include "../common/pipeline_lab.hpp"
 
 namespace {
@@ -24,9 +24,11 @@ using lab::train;
 
 template <int P>
 void run(const mpp::ProcessGroup& world, const Options& o) {
+  // [quote:pair]
   using Comm = mpp::Async<mpp::Gloo>;
   const auto gpipe = train<mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, Comm>>(world, o);
   const auto one_f_one_b = train<mpp::Pipeline<mpp::Uniform<P>, mpp::OneFOneB<M>, Comm>>(world, o);
+  // [/quote:pair]
   if (!one_f_one_b.report) return;
   const auto& g = *gpipe.report;
   const auto& f = *one_f_one_b.report;
@@ -46,6 +48,7 @@ void run(const mpp::ProcessGroup& world, const Options& o) {
   if (!o.trace.empty() && f.write_chrome_trace(o.trace))
     std::printf("Chrome trace of the last 1F1B step written to %s (open it in ui.perfetto.dev)\n",
                 o.trace.c_str());
+  if (!o.svg.empty()) lab::write_svg(f, o, "OneFOneB<8>");
 }
 
 }  // namespace

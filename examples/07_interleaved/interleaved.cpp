@@ -8,7 +8,7 @@
 // must be a multiple of P. Partitions say how many pieces: Uniform<P> cuts P x V of them here.
 //
 //   mpprun --nproc-per-node 2 ./interleaved [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace interleaved.json]
+//   [--trace interleaved.json] [--svg interleaved.svg]
 #include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {
@@ -17,11 +17,13 @@ int main(int argc, char** argv) {
                    [](const auto& world, const auto& o, auto ranks) {
                      constexpr int P = decltype(ranks)::value;
                      constexpr int M = lab::micro_batches;
+                     // [quote:pair]
                      using Comm = mpp::Async<mpp::Gloo>;
                      lab::compare<mpp::Pipeline<mpp::Uniform<P>, mpp::OneFOneB<M>, Comm>,
                                   mpp::Pipeline<mpp::Uniform<P>, mpp::Interleaved1F1B<M, 2>, Comm>>(
                          world, o,
                          {"Interleaved 1F1B (V = 2) against plain 1F1B:", "OneFOneB<8>",
                           "Interleaved1F1B<8,2>"});
+                     // [/quote:pair]
                    });
 }

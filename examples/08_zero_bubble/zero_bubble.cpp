@@ -9,7 +9,7 @@
 // layer's weight gradient from its own output gradient.
 //
 //   mpprun --nproc-per-node 2 ./zero_bubble [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace zb.json]
+//   [--trace zb.json] [--svg zb.svg]
 #include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {
@@ -18,9 +18,11 @@ int main(int argc, char** argv) {
                    [](const auto& world, const auto& o, auto ranks) {
                      constexpr int P = decltype(ranks)::value;
                      constexpr int M = lab::micro_batches;
+                     // [quote:pair]
                      using Comm = mpp::Async<mpp::Gloo>;
                      lab::compare<mpp::Pipeline<mpp::Uniform<P>, mpp::OneFOneB<M>, Comm>,
                                   mpp::Pipeline<mpp::Uniform<P>, mpp::ZeroBubbleH1<M>, Comm>>(
                          world, o, {"ZB-H1 against 1F1B:", "OneFOneB<8>", "ZeroBubbleH1<8>"});
+                     // [/quote:pair]
                    });
 }

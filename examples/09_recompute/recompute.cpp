@@ -8,7 +8,7 @@
 // per micro-batch (about a third more compute when T_B = 2 T_F).
 //
 //   mpprun --nproc-per-node 2 ./recompute [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace recompute.json]
+//   [--trace recompute.json] [--svg recompute.svg]
 #include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {
@@ -17,11 +17,13 @@ int main(int argc, char** argv) {
       [](const auto& world, const auto& o, auto ranks) {
         constexpr int P = decltype(ranks)::value;
         constexpr int M = lab::micro_batches;
+        // [quote:pair]
         using Comm = mpp::Async<mpp::Gloo>;
         lab::compare<mpp::Pipeline<mpp::Uniform<P>, mpp::OneFOneB<M>, Comm>,
                      mpp::Pipeline<mpp::Recompute<mpp::Uniform<P>>, mpp::OneFOneB<M>, Comm>>(
             world, o,
             {"Recompute against keeping every activation (1F1B, M = 8):", "OneFOneB<8>",
              "Recompute + OneFOneB<8>"});
+        // [/quote:pair]
       });
 }

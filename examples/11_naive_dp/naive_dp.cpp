@@ -28,10 +28,12 @@ using Clock = std::chrono::steady_clock;
 template <class DP>
 int train(const mpp::ProcessGroup& world, const mpp::models::MlpConfig& cfg,
           std::int64_t dataset_size, std::int64_t global_batch, int epochs) {
+  // [quote:replica]
   // Each rank builds its replica with its own seed: the broadcast inside NaiveDP fixes that.
   auto model = mpp::models::make_full_mlp(
       {cfg.hidden, cfg.layers, cfg.seed + static_cast<std::uint64_t>(world.rank())});
   DP dp(*model, world);
+  // [/quote:replica]
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
 
   // The dataset: the same on every rank (here generated; in practice read from disk).
@@ -52,6 +54,7 @@ int train(const mpp::ProcessGroup& world, const mpp::models::MlpConfig& cfg,
     for (std::int64_t first = 0; first + local_batch <= index.size(0); first += local_batch) {
       const auto rows = index.narrow(0, first, local_batch);
       const auto t0 = Clock::now();
+      // [quote:step]
       opt.zero_grad();
       auto loss = torch::mse_loss(model->forward(data.inputs.index_select(0, rows)),
                                   data.targets.index_select(0, rows));
@@ -59,6 +62,7 @@ int train(const mpp::ProcessGroup& world, const mpp::models::MlpConfig& cfg,
       compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
       dp.sync_gradients();  // the whole all-reduce happens here, after backward
       opt.step();
+      // [/quote:step]
       epoch_loss += loss.item<double>();
       ++batches;
       samples += global_batch;

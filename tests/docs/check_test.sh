@@ -47,9 +47,9 @@ EOF
 # Course
 
 <!-- chapters -->
-| # | chapter |
-|---|---|
-| 1 | [The lab](01-lab.md) |
+| # | chapter | lab |
+|---|---|---|
+| 1 | [The lab](01-lab.md) | `examples/01_lab` |
 <!-- /chapters -->
 
 A quote shown as an example is not a quote:
@@ -159,6 +159,15 @@ sed -i 's|\[The lab\](01-lab.md)|[The lab](01-lab.md) [Gone](03-gone.md)|' "$wor
 expect_fail "table of contents" \
   "docs/02-more.md: chapter is not in the table of contents" \
   "docs/README.md: the table of contents lists docs/03-gone.md, which does not exist"
+
+# 12. A chapter that quotes no file of the lab its row names (a quote shown inside a fence does
+#     not count).
+make_repo
+mkdir -p "$work/repo/examples/02_other"
+sed -i 's|`examples/01_lab` |`examples/02_other` |' "$work/repo/docs/README.md"
+printf '\n```\n<!-- quote examples/02_other/x.cpp -->\n```\n' >>"$work/repo/docs/01-lab.md"
+expect_fail "lab not quoted" \
+  "docs/01-lab.md: the chapter quotes no file of its lab (examples/02_other)"
 
 if ((failures)); then
   echo "check_test: $failures failure(s)" >&2

@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
       label += " on " + std::to_string(ranks) + " ranks";
     }
     label += comm == "blocking" ? ", Blocking" : ", Async";
+    // [quote:render]
     auto plan = std::make_unique<mpp::Plan>();
     mpp::plan_into(*plan, *compute, semantics, costs);
     if (!plan->figures.ok) {
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     const auto events = mpp::simulate_events(plan->table, semantics, costs);
+    // [/quote:render]
     const std::string figures = mpp::describe_figures(plan->figures);
     std::cout << label << "  (T_F=" << costs.forward << " T_B=" << costs.backward
               << " T_I=" << costs.input_grad << " T_W=" << costs.weight_grad

@@ -65,6 +65,35 @@ inline std::string rank_list(const std::vector<int>& ranks) {
   return s + "]";
 }
 
+/// After a collective failed on this rank: reports in through the store, gives the other members
+/// a short grace to do the same (they fail the same collective: closed connection or the same
+/// deadline), and names those that never do -- killed, crashed or stuck ranks cannot report.
+inline std::string find_silent_ranks(const GroupState& g) {
+  using namespace std::chrono;
+  const std::string base = g.prefix + "/census/";
+  try {
+    g.store->set(base + std::to_string(g.rank), std::vector<uint8_t>{1});
+    const auto until = steady_clock::now() + std::min<milliseconds>(seconds(2), g.options.timeout);
+    std::vector<int> silent;
+    for (std::size_t r = 0; r < g.global_ranks.size(); ++r) {
+      const std::string key = base + std::to_string(r);
+      bool present = g.store->check({key});
+      while (!present && steady_clock::now() < until) {
+        std::this_thread::sleep_for(milliseconds(20));
+        present = g.store->check({key});
+      }
+      if (!present) silent.push_back(g.global_ranks[r]);
+    }
+    if (silent.empty()) return "";
+    return "; rank(s) " + rank_list(silent) +
+           " did not report after the failure: they exited, crashed or are stuck (a rank still "
+           "blocked in this collective is listed too; look at their logs)";
+  } catch (const std::exception&) {
+    if (g.global_rank == 0) return "";
+    return "; the rendezvous store on rank 0 is unreachable: rank 0 exited or crashed";
+  }
+}
+
 inline c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum:
@@ -447,6 +476,8 @@ class ProcessGroup {
     if (collective) {
       info.group = std::shared_ptr<const std::vector<int>>(state_, &state_->global_ranks);
       info.world = s.prefix == "mpp/0";
+      if (peer < 0)
+        info.find_silent = [state = state_] { return detail::find_silent_ranks(*state); };
     }
     return info;
   }

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -52,6 +53,9 @@ struct OpInfo {
   bool collective = false;
   std::shared_ptr<const std::vector<int>> group;  // global ranks of the group
   bool world = true;                              // the group is the whole job
+  // Collectives only: after a failure, asks the group which members are still there; returns
+  // "; rank(s) [..] did not report ..." (empty when everyone answered). Runs on the error path.
+  std::function<std::string()> find_silent;
 
   std::string subject() const {
     std::string s;
@@ -102,6 +106,8 @@ inline std::string op_heading(const OpInfo& info) {
                                        std::chrono::steady_clock::duration elapsed) {
   const bool timed_out =
       looks_like_timeout(cause) || elapsed >= info.deadline - std::chrono::milliseconds(50);
+  // A collective's error knows no peer: the census names who did not fail with this rank.
+  const std::string silent = info.peer < 0 && info.find_silent ? info.find_silent() : "";
   if (timed_out) {
     std::string who = info.peer >= 0 ? "rank " + std::to_string(info.peer) +
                                            " may be stuck, dead, "
@@ -112,15 +118,15 @@ inline std::string op_heading(const OpInfo& info) {
                       op_heading(info) + " did not complete within " +
                           std::to_string(info.deadline.count()) + " ms; " + who +
                           " (raise the deadline with CommOptions::timeout or MPP_TIMEOUT_S if the "
-                          "peer is just slow) [c10d: " +
-                          cause + "]");
+                          "peer is just slow)" +
+                          silent + " [c10d: " + cause + "]");
   }
   std::string hint = cause.find("closed by peer") != std::string::npos ||
                              cause.find("Connection reset") != std::string::npos
                          ? "; the peer process exited or crashed - look at its log"
                          : "";
   throw CommError(std::string(info.operation), info.peer,
-                  op_heading(info) + " failed: " + cause + hint);
+                  op_heading(info) + " failed: " + cause + hint + silent);
 }
 
 }  // namespace detail
