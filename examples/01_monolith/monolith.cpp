@@ -7,6 +7,7 @@
 // pipeline and data-parallel labs) the same parameters after training.
 //
 //   ./monolith [--steps 300] [--batch 64] [--hidden 256] [--lr 1e-3] [--data fixed|fresh]
+//              [--svg loss.svg]
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
 
@@ -15,9 +16,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "mpp/models/mlp.hpp"
+#include "mpp/trace/plot.hpp"
 #include "mpp/util/blas.hpp"
 
 namespace {
@@ -28,6 +31,7 @@ struct Args {
   std::int64_t hidden = 256;
   double lr = 1e-3;
   bool fresh = false;  // a new batch every step instead of one fixed batch
+  std::string svg;     // where to draw the loss curve, if anywhere
 };
 
 Args parse(int argc, char** argv) {
@@ -45,8 +49,11 @@ Args parse(int argc, char** argv) {
       a.lr = std::atof(value);
     else if (flag == "--data")
       a.fresh = std::string(value) == "fresh";
+    else if (flag == "--svg")
+      a.svg = value;
     else {
-      std::fprintf(stderr, "monolith: unknown flag %s (use --steps --batch --hidden --lr)\n",
+      std::fprintf(stderr,
+                   "monolith: unknown flag %s (use --steps --batch --hidden --lr --data --svg)\n",
                    argv[i]);
       std::exit(2);
     }
@@ -75,6 +82,7 @@ int main(int argc, char** argv) {
   // The training loop: forward, loss, backward, step.
   const auto fixed_batch = mpp::models::make_regression_batch(cfg, args.batch, 0);
   double first_loss = 0, last_loss = 0;
+  mpp::trace::Series curve{args.fresh ? "fresh batch every step" : "one fixed batch", {}, {}};
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < args.steps; ++step) {
     const auto batch =
@@ -88,6 +96,8 @@ int main(int argc, char** argv) {
 
     last_loss = loss.item<double>();
     if (step == 0) first_loss = last_loss;
+    curve.x.push_back(step);
+    curve.y.push_back(last_loss);
     if (step % (args.steps >= 10 ? args.steps / 10 : 1) == 0 || step == args.steps - 1)
       std::printf("step %4d  loss %.5f\n", step, last_loss);
   }
@@ -97,6 +107,20 @@ int main(int argc, char** argv) {
               seconds, args.steps * static_cast<double>(args.batch) / seconds);
   std::printf("loss %.5f -> %.5f (%.1f%% of the first)\n", first_loss, last_loss,
               100.0 * last_loss / first_loss);
+  if (!args.svg.empty()) {
+    mpp::trace::PlotOptions plot;
+    plot.title = "Lab 01: the monolith's training loss";
+    char subtitle[160];
+    std::snprintf(subtitle, sizeof subtitle,
+                  "16 x Linear(%lld) + ReLU, batch %lld, Adam lr %g, one thread; %.0f samples/s",
+                  static_cast<long long>(args.hidden), static_cast<long long>(args.batch), args.lr,
+                  args.steps * static_cast<double>(args.batch) / seconds);
+    plot.subtitle = subtitle;
+    plot.x_label = "step";
+    plot.y_label = "mean squared error";
+    std::ofstream(args.svg) << mpp::trace::render_line_plot(std::span(&curve, 1), plot);
+    std::printf("loss curve written to %s\n", args.svg.c_str());
+  }
   if (!(last_loss < first_loss)) {
     std::fprintf(stderr, "monolith: the loss did not go down\n");
     return 1;

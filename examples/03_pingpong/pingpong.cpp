@@ -3,7 +3,7 @@
 // Start it through a launcher, which starts two separate processes (each with its own memory,
 // scheduled on its own core) and tells each one who it is through environment variables:
 //
-//   mpprun --nproc-per-node 2 ./pingpong [--max-bytes 16777216] [--iters-scale 1]
+//   mpprun --nproc-per-node 2 ./pingpong [--max-bytes 16777216] [--iters-scale 1] [--svg p.svg]
 //
 // Each process joins the process group (rank 0 hosts the rendezvous, everyone connects to
 // everyone through Gloo over a socket), then rank 0 sends a tensor to rank 1, which sends it
@@ -20,10 +20,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "mpp/comm.hpp"
+#include "mpp/trace/plot.hpp"
 #include "mpp/util/blas.hpp"
 
 namespace {
@@ -31,6 +33,7 @@ namespace {
 struct Args {
   std::int64_t max_bytes = 16 << 20;
   double iters_scale = 1.0;
+  std::string svg;  // rank 0 draws the one-way times here
 };
 
 Args parse(int argc, char** argv) {
@@ -41,8 +44,11 @@ Args parse(int argc, char** argv) {
       a.max_bytes = std::atoll(argv[i + 1]);
     else if (flag == "--iters-scale")
       a.iters_scale = std::atof(argv[i + 1]);
+    else if (flag == "--svg")
+      a.svg = argv[i + 1];
     else {
-      std::fprintf(stderr, "pingpong: unknown flag %s (use --max-bytes --iters-scale)\n", argv[i]);
+      std::fprintf(stderr, "pingpong: unknown flag %s (use --max-bytes --iters-scale --svg)\n",
+                   argv[i]);
       std::exit(2);
     }
   }
@@ -89,6 +95,7 @@ int main(int argc, char** argv) {
                 "MB/s median", "MB/s best");
   }
 
+  std::vector<mpp::trace::Series> one_way{{"median", {}, {}}, {"best", {}, {}}};
   for (std::int64_t bytes = 4; bytes <= args.max_bytes; bytes *= 4) {
     const std::int64_t elements = bytes / 4;  // float32
     auto buffer =
@@ -127,10 +134,23 @@ int main(int argc, char** argv) {
       std::sort(round_trips.begin(), round_trips.end());
       const double median = round_trips[round_trips.size() / 2] / 2;  // one way
       const double best = round_trips.front() / 2;
+      for (auto& s : one_way) s.x.push_back(static_cast<double>(bytes));
+      one_way[0].y.push_back(median * 1e6);
+      one_way[1].y.push_back(best * 1e6);
       std::printf("%10s %8d %12.1f %12.1f %12.1f %12.1f\n", human_bytes(bytes).c_str(), iters,
                   median * 1e6, best * 1e6, static_cast<double>(bytes) / median / 1e6,
                   static_cast<double>(bytes) / best / 1e6);
     }
+  }
+  if (coordinator && !args.svg.empty()) {
+    mpp::trace::PlotOptions plot;
+    plot.title = "Lab 03: one-way time of a tensor between two ranks (Gloo over loopback)";
+    plot.subtitle = "half a round trip, median and best of the round trips at each size";
+    plot.x_label = "message size (bytes)";
+    plot.y_label = "one-way time (microseconds)";
+    plot.log_x = plot.log_y = true;
+    std::ofstream(args.svg) << mpp::trace::render_line_plot(one_way, plot);
+    std::printf("one-way times drawn in %s\n", args.svg.c_str());
   }
 
   // Both ranks now send to each other at the same time. Gloo's send completes only when the peer

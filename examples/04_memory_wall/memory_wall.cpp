@@ -2,16 +2,18 @@
 // into pipeline stages buys. No LibTorch: the model is only described (its layers' parameter
 // counts), and mpp's partition policies cut it exactly as a Pipeline would.
 //
-//   ./memory_wall [--gpu-gb 24]
+//   ./memory_wall [--gpu-gb 24] [--svg memory_wall.svg]
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "mpp/partition/by_params.hpp"
 #include "mpp/partition/uniform.hpp"
+#include "mpp/trace/plot.hpp"
 
 namespace {
 
@@ -40,8 +42,15 @@ std::vector<std::int64_t> ten_billion_model() {
 }
 // [/quote:model]
 
+// What the busiest stage of a partition holds, for the table and the figure.
+struct Row {
+  std::string partition;
+  double weights_gb = 0;
+  double training_gb = 0;
+};
+
 template <class Partition>
-void report(const std::vector<std::int64_t>& layers, double gpu_gb) {
+Row report(const std::vector<std::int64_t>& layers, double gpu_gb) {
   // [quote:partition]
   const auto pieces = Partition::split(layers, /*chunks_per_rank=*/1);
   std::int64_t largest = 0;
@@ -56,14 +65,18 @@ void report(const std::vector<std::int64_t>& layers, double gpu_gb) {
               Partition::name().c_str(), pieces.size(), static_cast<double>(largest) / 1e9,
               static_cast<double>(largest) * weight_bytes / gb, need,
               need <= gpu_gb ? "yes" : "no");
+  return {Partition::name(), static_cast<double>(largest) * weight_bytes / gb, need};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   double gpu_gb = 24;
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string svg;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--gpu-gb") == 0) gpu_gb = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--svg") == 0) svg = argv[i + 1];
+  }
 
   const auto layers = ten_billion_model();
   std::int64_t total = 0;
@@ -87,14 +100,35 @@ int main(int argc, char** argv) {
       "| partition    | stages | largest stage | its weights | training state | fits %.0f GB |\n",
       gpu_gb);
   std::printf("|--------------|--------|---------------|-------------|----------------|------|\n");
-  report<mpp::Uniform<1>>(layers, gpu_gb);
-  report<mpp::Uniform<2>>(layers, gpu_gb);
-  report<mpp::Uniform<4>>(layers, gpu_gb);
-  report<mpp::Uniform<8>>(layers, gpu_gb);
-  report<mpp::ByParams<8>>(layers, gpu_gb);
-  report<mpp::Uniform<10>>(layers, gpu_gb);
-  report<mpp::ByParams<10>>(layers, gpu_gb);
-  report<mpp::ByParams<16>>(layers, gpu_gb);
+  const std::vector<Row> rows{
+      report<mpp::Uniform<1>>(layers, gpu_gb),   report<mpp::Uniform<2>>(layers, gpu_gb),
+      report<mpp::Uniform<4>>(layers, gpu_gb),   report<mpp::Uniform<8>>(layers, gpu_gb),
+      report<mpp::ByParams<8>>(layers, gpu_gb),  report<mpp::Uniform<10>>(layers, gpu_gb),
+      report<mpp::ByParams<10>>(layers, gpu_gb), report<mpp::ByParams<16>>(layers, gpu_gb)};
+  if (!svg.empty()) {
+    std::vector<std::string> partitions;
+    std::vector<mpp::trace::Series> bars{{"training state (weights + gradients + Adam)", {}, {}},
+                                         {"weights alone", {}, {}}};
+    for (const Row& row : rows) {
+      partitions.push_back(row.partition);
+      bars[0].y.push_back(row.training_gb);
+      bars[1].y.push_back(row.weights_gb);
+    }
+    mpp::trace::PlotOptions plot;
+    char title[128];
+    std::snprintf(title, sizeof title,
+                  "The memory wall: a %.1f B-parameter model, float32, Adam — the busiest stage",
+                  n / 1e9);
+    plot.title = title;
+    plot.subtitle = "computed by examples/04_memory_wall with mpp's partition policies";
+    plot.y_label = "GB on the busiest device";
+    plot.width = 860;
+    char card[32];
+    std::snprintf(card, sizeof card, "a %.0f GB card", gpu_gb);
+    plot.references.push_back({card, gpu_gb});
+    std::ofstream(svg) << mpp::trace::render_bar_chart(partitions, bars, plot);
+    std::printf("\nfigure written to %s\n", svg.c_str());
+  }
   std::printf(
       "\nActivations come on top: they grow with the micro-batches in flight (chapters 07-08).\n");
   return 0;

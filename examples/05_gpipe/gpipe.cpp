@@ -9,35 +9,12 @@
 // micro-batch's mean loss is weighted by its share of the batch.
 //
 //   mpprun --nproc-per-node 2 ./gpipe [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace gpipe.json]
-#include <torch/nn/functional/loss.h>
-#include <torch/optim/adam.h>
-#include <CLI/CLI.hpp>
-
-#include <ATen/Parallel.h>
-
-#include <cstdio>
-
-#include "mpp/comm.hpp"
-#include "mpp/pipeline.hpp"
-#include "mpp/pipeline/measure.hpp"
-#include "mpp/util/blas.hpp"
+//   [--trace gpipe.json] [--svg gpipe.svg]
+#include "../common/pipeline_lab.hpp"
 
 namespace {
 
-struct Options {
-  mpp::models::MlpConfig model;
-  std::int64_t batch = 32;
-  int steps = 20;
-  bool timeline = false;
-  std::string trace;
-};
-
-struct MeanSquaredError {
-  at::Tensor operator()(const at::Tensor& out, const at::Tensor& target) const {
-    return torch::nn::functional::mse_loss(out, target);
-  }
-};
+using lab::Options;
 
 template <int P, int M>
 void train(const mpp::ProcessGroup& world, const Options& o) {
@@ -46,7 +23,7 @@ void train(const mpp::ProcessGroup& world, const Options& o) {
                                                                             mpp::MlpModel{o.model});
   torch::optim::Adam adam(pipe.parameters(), 1e-3);
   auto batch = [&](int step) { return mpp::models::make_regression_batch(o.model, o.batch, step); };
-  const auto figures = mpp::train_and_measure(pipe, adam, batch, MeanSquaredError{}, o.steps);
+  const auto figures = mpp::train_and_measure(pipe, adam, batch, lab::MeanSquaredError{}, o.steps);
   // [/quote:train]
   if (!figures.report) return;
   const auto& r = *figures.report;
@@ -59,6 +36,7 @@ void train(const mpp::ProcessGroup& world, const Options& o) {
       std::printf("\nGPipe<8>, last step, measured (microseconds):\n%s\n", r.timeline().c_str());
     if (!o.trace.empty() && r.write_chrome_trace(o.trace))
       std::printf("Chrome trace of the last GPipe<8> step written to %s\n", o.trace.c_str());
+    if (!o.svg.empty()) lab::write_svg(r, o, "GPipe<8>");
   }
 }
 
@@ -78,34 +56,8 @@ void run(const mpp::ProcessGroup& world, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Lab 05: GPipe, the bubble shrinks as the micro-batches grow"};
-  Options o;
-  app.add_option("--hidden", o.model.hidden, "width of the Linear layers");
-  app.add_option("--layers", o.model.layers, "number of Linear layers");
-  app.add_option("--batch", o.batch, "samples per step (at least 16)");
-  app.add_option("--steps", o.steps, "timed steps per M");
-  app.add_flag("--timeline", o.timeline, "print the last GPipe<8> step's measured timeline");
-  app.add_option("--trace", o.trace, "write the last GPipe<8> step's Chrome trace JSON here");
-  CLI11_PARSE(app, argc, argv);
-
-  at::set_num_threads(1);
-  auto world = mpp::init_process_group();
-  if (world.rank() == 0)
-    std::printf("%s\nlab 05: %d ranks, %d x Linear(%lld), batch %lld\n\n",
-                mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(),
-                world.size(), o.model.layers, static_cast<long long>(o.model.hidden),
-                static_cast<long long>(o.batch));
-  switch (world.size()) {
-    case 2:
-      run<2>(world, o);
-      break;
-    case 4:
-      run<4>(world, o);
-      break;
-    default:
-      if (world.rank() == 0)
-        std::fprintf(stderr, "lab 05 runs on 2 or 4 ranks: mpprun --nproc-per-node 2 ...\n");
-      return 2;
-  }
-  return 0;
+  return lab::main(
+      argc, argv, "lab 05", "Lab 05: GPipe, the bubble shrinks as the micro-batches grow",
+      [](const auto& world, const auto& o, auto ranks) { run<decltype(ranks)::value>(world, o); },
+      "in M = 1, 2, 4, 8 and 16 micro-batches (--timeline, --trace and --svg show M = 8)");
 }

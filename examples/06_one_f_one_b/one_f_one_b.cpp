@@ -13,7 +13,7 @@
 // the verifier proves the result deadlock-free at compile time.
 //
 //   mpprun --nproc-per-node 2 ./one_f_one_b [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace 1f1b.json]
+//   [--trace 1f1b.json] [--svg 1f1b.svg]
 #include "../common/pipeline_lab.hpp"
 
 namespace {
@@ -48,6 +48,7 @@ void run(const mpp::ProcessGroup& world, const Options& o) {
   if (!o.trace.empty() && f.write_chrome_trace(o.trace))
     std::printf("Chrome trace of the last 1F1B step written to %s (open it in ui.perfetto.dev)\n",
                 o.trace.c_str());
+  if (!o.svg.empty()) lab::write_svg(f, o, "OneFOneB<8>");
 }
 
 }  // namespace

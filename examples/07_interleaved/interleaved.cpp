@@ -8,7 +8,7 @@
 // must be a multiple of P. Partitions say how many pieces: Uniform<P> cuts P x V of them here.
 //
 //   mpprun --nproc-per-node 2 ./interleaved [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace interleaved.json]
+//   [--trace interleaved.json] [--svg interleaved.svg]
 #include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {

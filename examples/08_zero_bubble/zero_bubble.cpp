@@ -9,7 +9,7 @@
 // layer's weight gradient from its own output gradient.
 //
 //   mpprun --nproc-per-node 2 ./zero_bubble [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace zb.json]
+//   [--trace zb.json] [--svg zb.svg]
 #include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {

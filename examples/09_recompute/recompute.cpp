@@ -8,7 +8,7 @@
 // per micro-batch (about a third more compute when T_B = 2 T_F).
 //
 //   mpprun --nproc-per-node 2 ./recompute [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace recompute.json]
+//   [--trace recompute.json] [--svg recompute.svg]
 #include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {

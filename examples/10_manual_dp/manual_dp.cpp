@@ -7,7 +7,7 @@
 // parallelism adds; the next labs only move the copies into separate processes (naive DP) and
 // hide the averaging behind the backward pass (DDP).
 //
-//   ./manual_dp [steps=5] [batch=32]
+//   ./manual_dp [steps=5] [batch=32] [--svg losses.svg]
 #include <torch/nn/modules/loss.h>
 #include <torch/optim/sgd.h>
 
@@ -16,12 +16,28 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "mpp/models/mlp.hpp"
+#include "mpp/trace/plot.hpp"
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
-  const std::int64_t batch = argc > 2 ? std::atoll(argv[2]) : 32;
+  std::vector<std::string> positional;
+  std::string svg;  // where to draw the losses, if anywhere
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--svg" && i + 1 < argc)
+      svg = argv[++i];
+    else
+      positional.emplace_back(argv[i]);
+  }
+  const int steps = positional.size() > 0 ? std::atoi(positional[0].c_str()) : 5;
+  const std::int64_t batch = positional.size() > 1 ? std::atoll(positional[1].c_str()) : 32;
+  std::vector<mpp::trace::Series> losses_by_step{{"whole batch (one model)", {}, {}},
+                                                 {"replica 0, first half", {}, {}},
+                                                 {"replica 1, second half", {}, {}},
+                                                 {"mean of the two replicas", {}, {}}};
   at::set_num_threads(1);
   const mpp::models::MlpConfig cfg;  // 16 x Linear(128, 128)
 
@@ -69,6 +85,12 @@ int main(int argc, char** argv) {
     for (auto& opt : optimizers) opt.step();
     // [/quote:average]
 
+    const double values[4] = {full_loss.item<double>(), losses[0], losses[1],
+                              (losses[0] + losses[1]) / 2};
+    for (int k = 0; k < 4; ++k) {
+      losses_by_step[static_cast<std::size_t>(k)].x.push_back(step);
+      losses_by_step[static_cast<std::size_t>(k)].y.push_back(values[k]);
+    }
     std::printf(
         "step %d  loss: whole batch %.6f | replica 0 (rows 0-%lld) %.6f | replica 1 (rows "
         "%lld-%lld) %.6f | mean %.6f\n",
@@ -92,5 +114,17 @@ int main(int argc, char** argv) {
       "largest difference to the monolith after %d steps: %.3g (float rounding: the sums are "
       "taken in another order)\n",
       steps, to_monolith);
+  if (!svg.empty()) {
+    mpp::trace::PlotOptions plot;
+    plot.title = "Lab 10: two replicas on two halves of each batch, averaged by hand";
+    plot.subtitle = "16 x Linear(128), batch " + std::to_string(batch) +
+                    ", SGD lr 0.05, a new batch every step; the mean of the replicas' losses is "
+                    "the whole batch's loss";
+    plot.x_label = "step";
+    plot.y_label = "mean squared error";
+    plot.y_from_zero = false;
+    std::ofstream(svg) << mpp::trace::render_line_plot(losses_by_step, plot);
+    std::printf("losses drawn in %s\n", svg.c_str());
+  }
   return identical && to_monolith < 1e-5 ? 0 : 1;
 }

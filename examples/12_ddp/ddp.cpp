@@ -13,7 +13,8 @@
 // naive DP.
 //
 //   mpprun --nproc-per-node 2 ./ddp [--hidden 1024] [--global-batch 128] [--bucket-mb 25] [--steps
-//   20]
+//   20] [--svg overlap.svg]
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/nn/modules/loss.h>
 #include <torch/optim/adam.h>
 #include <CLI/CLI.hpp>
@@ -22,10 +23,15 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel.hpp"
 #include "mpp/models/mlp.hpp"
+#include "mpp/trace/plot.hpp"
 #include "mpp/util/blas.hpp"
 
 namespace {
@@ -47,6 +53,75 @@ mpp::models::Batch local_batch(const Setup& s, const mpp::ProcessGroup& world, i
                                             step * world.size() + world.rank());
 }
 
+// When each parameter's gradient is ready: a post hook on its gradient accumulator, the mechanism
+// DDP itself uses. Registered after DDP's hooks, it fires right after DDP has counted the
+// gradient, i.e. when the bucket it completes has been launched.
+struct ReadyClock final : torch::autograd::FunctionPostHook {
+  ReadyClock(std::vector<Clock::time_point>* ready, std::size_t index)
+      : ready(ready), index(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    (*ready)[index] = Clock::now();
+    return outputs;
+  }
+  std::vector<Clock::time_point>* ready;
+  std::size_t index;
+};
+
+/// One step's landmarks on rank 0, in milliseconds from the step's start.
+struct StepTimes {
+  double forward_end = 0, backward_end = 0, step_end = 0;
+  double last_gradient = 0;             // DDP: when the last gradient was ready
+  std::vector<double> launched;         // DDP: bucket b's all-reduce started
+  double sync_begin = 0, sync_end = 0;  // naive DP: the all-reduce after backward
+};
+
+double ms_since(Clock::time_point start, Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(t - start).count();
+}
+
+// Naive DP's step and DDP's step on one time axis: compute in one lane, communication below.
+void draw_overlap(const std::string& path, const StepTimes& naive, const StepTimes& ddp,
+                  const std::string& subtitle) {
+  const std::string compute = "#4e79a7", reduce = "#bab0ac", wait = "#e15759", adam = "#76b7b2";
+  std::vector<std::string> lanes{"naive DP: compute", "naive DP: all-reduce", "DDP: compute"};
+  std::vector<mpp::trace::LaneSpan> spans{
+      {0, 0, naive.forward_end, "forward", compute, ""},
+      {0, naive.forward_end, naive.sync_begin, "backward", "#59a14f", ""},
+      {1, naive.sync_begin, naive.sync_end, "all-reduce, every gradient", reduce, ""},
+      {0, naive.sync_end, naive.step_end, "", adam, "Adam step"},
+      {2, 0, ddp.forward_end, "forward", compute, ""},
+      {2, ddp.last_gradient, ddp.backward_end, "", wait,
+       "backward() waiting for the all-reduces after the last gradient"},
+      {2, ddp.backward_end, ddp.step_end, "", adam, "Adam step"}};
+  // The backward in pieces: from one bucket's launch to the next, it computes that bucket's
+  // gradients.
+  double from = ddp.forward_end;
+  for (std::size_t b = 0; b < ddp.launched.size(); ++b) {
+    spans.push_back({2, from, ddp.launched[b], "bucket " + std::to_string(b), "#59a14f",
+                     "backward: the gradients of bucket " + std::to_string(b)});
+    from = ddp.launched[b];
+  }
+  for (std::size_t b = 0; b < ddp.launched.size(); ++b) {
+    lanes.push_back("DDP: bucket " + std::to_string(b));
+    spans.push_back({static_cast<int>(lanes.size()) - 1, ddp.launched[b], ddp.backward_end,
+                     "all-reduce", reduce,
+                     "bucket " + std::to_string(b) +
+                         ": from its launch to the end of backward(), by which it is done"});
+  }
+  const std::vector<mpp::trace::LegendEntry> legend{{"forward", compute},
+                                                    {"backward", "#59a14f"},
+                                                    {"all-reduce", reduce},
+                                                    {"blocked on all-reduce", wait},
+                                                    {"optimizer", adam}};
+  mpp::trace::PlotOptions plot;
+  plot.title = "Lab 12: one training step on rank 0, naive DP against DDP (milliseconds)";
+  plot.subtitle = subtitle;
+  plot.x_label = "milliseconds since the step began";
+  plot.width = 900;
+  std::ofstream(path) << mpp::trace::render_lanes(lanes, spans, legend, plot);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,6 +134,8 @@ int main(int argc, char** argv) {
   app.add_option("--global-batch", global_batch, "samples per step over all ranks");
   app.add_option("--bucket-mb", bucket_mb, "bucket cap in MiB");
   app.add_option("--steps", s.steps, "timed steps per measurement");
+  std::string svg;
+  app.add_option("--svg", svg, "draw one naive DP step and one DDP step of rank 0 here (SVG)");
   CLI11_PARSE(app, argc, argv);
 
   at::set_num_threads(1);
@@ -92,6 +169,7 @@ int main(int argc, char** argv) {
 
   // 1. Naive DP: backward, then one all-reduce per gradient tensor.
   double naive_step_s = 0, naive_comm_s = 0;
+  StepTimes naive_times;
   {
     mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor> naive(*model, world);
     train_step(-1, [&] { naive.sync_gradients(); });  // warm-up
@@ -101,6 +179,18 @@ int main(int argc, char** argv) {
     for (int i = 0; i < s.steps; ++i) train_step(i, [&] { naive.sync_gradients(); });
     naive_step_s = seconds_since(t) / s.steps;
     naive_comm_s = naive.comm_seconds() / s.steps;
+    // One more step, its landmarks timed for the picture.
+    const auto start = Clock::now();
+    opt.zero_grad();
+    const auto b = local_batch(s, world, s.steps);
+    auto loss = torch::mse_loss(model->forward(b.inputs), b.targets);
+    naive_times.forward_end = ms_since(start, Clock::now());
+    loss.backward();
+    naive_times.sync_begin = ms_since(start, Clock::now());
+    naive.sync_gradients();
+    naive_times.sync_end = ms_since(start, Clock::now());
+    opt.step();
+    naive_times.step_end = ms_since(start, Clock::now());
   }
 
   // [quote:ddp]
@@ -158,6 +248,36 @@ int main(int argc, char** argv) {
   }
   const double exposed_s = ddp.comm_wait_seconds() / s.steps;
 
+  // 5. One more DDP step, its landmarks timed for the picture: when each gradient was ready
+  // (hooks registered after DDP's), hence when each bucket was launched.
+  StepTimes ddp_times;
+  const auto params = model->parameters();
+  std::vector<Clock::time_point> ready(params.size());  // outlives the hooks' last use
+  {
+    // [quote:ready_clock]
+    std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      accumulators.push_back(torch::autograd::impl::grad_accumulator(params[i]));
+      accumulators.back()->add_post_hook(std::make_unique<ReadyClock>(&ready, i));
+    }
+    // [/quote:ready_clock]
+    const auto start = Clock::now();
+    opt.zero_grad();
+    const auto b = local_batch(s, world, s.steps);
+    auto loss = torch::mse_loss(model->forward(b.inputs), b.targets);
+    ddp_times.forward_end = ms_since(start, Clock::now());
+    loss.backward();
+    ddp_times.backward_end = ms_since(start, Clock::now());
+    opt.step();
+    ddp_times.step_end = ms_since(start, Clock::now());
+    double launched = 0;
+    for (const auto& bucket : plan.buckets) {
+      for (std::size_t p : bucket.params) launched = std::max(launched, ms_since(start, ready[p]));
+      ddp_times.launched.push_back(launched);  // buckets go out in plan order
+    }
+    ddp_times.last_gradient = launched;
+  }
+
   std::printf("rank %d  last loss on my shard %.5f (ranks differ: each sees its own samples)\n",
               world.rank(), last_loss);
   const auto report = mpp::compare_replicas(*model, world);
@@ -185,6 +305,17 @@ int main(int argc, char** argv) {
                 static_cast<double>(global_batch) / ddp_step_s, naive_step_s / ddp_step_s);
     std::printf("replicas bit-identical after training: %s\n",
                 report ? "yes" : report.first_difference.c_str());
+    if (!svg.empty()) {
+      char subtitle[256];
+      std::snprintf(
+          subtitle, sizeof subtitle,
+          "%d ranks, 16 x Linear(%lld), global batch %lld, %zu buckets of at most %.0f MiB; "
+          "one thread per rank on a shared 2-core machine",
+          world.size(), static_cast<long long>(s.cfg.hidden), static_cast<long long>(global_batch),
+          plan.buckets.size(), bucket_mb);
+      draw_overlap(svg, naive_times, ddp_times, subtitle);
+      std::printf("one naive DP step and one DDP step drawn in %s\n", svg.c_str());
+    }
   }
   return report ? 0 : 1;
 }

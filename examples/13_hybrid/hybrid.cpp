@@ -11,7 +11,7 @@
 //                  |          |
 //             data {0, 2}  data {1, 3}   (gradient all-reduce per stage)
 //
-//   mpprun --nproc-per-node 4 ./hybrid [steps=30] [global_batch=64]
+//   mpprun --nproc-per-node 4 ./hybrid [steps=30] [global_batch=64] [--svg step.svg]
 #include <torch/nn/modules/loss.h>
 #include <torch/optim/adam.h>
 
@@ -20,11 +20,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "mpp/data_parallel/hybrid.hpp"
 #include "mpp/data_parallel/replicas.hpp"
 #include "mpp/data_parallel/sampler.hpp"
 #include "mpp/models/mlp.hpp"
+#include "mpp/pipeline/report.hpp"
 #include "mpp/util/blas.hpp"
 
 // [quote:pipe]
@@ -32,8 +36,16 @@ using Pipe = mpp::Pipeline<mpp::Uniform<2>, mpp::OneFOneB<4>, mpp::Async<mpp::Gl
 // [/quote:pipe]
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 30;
-  const std::int64_t global_batch = argc > 2 ? std::atoll(argv[2]) : 64;
+  std::vector<std::string> positional;
+  std::string svg;  // rank 0 draws its pipeline's last step here, if given
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--svg" && i + 1 < argc)
+      svg = argv[++i];
+    else
+      positional.emplace_back(argv[i]);
+  }
+  const int steps = positional.size() > 0 ? std::atoi(positional[0].c_str()) : 30;
+  const std::int64_t global_batch = positional.size() > 1 ? std::atoll(positional[1].c_str()) : 64;
   at::set_num_threads(1);
   auto world = mpp::init_process_group();
   const mpp::models::MlpConfig cfg;  // 16 x Linear(128)
@@ -80,6 +92,25 @@ int main(int argc, char** argv) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // Each pipeline's last step as its ranks measured it (a collective within each pipeline; the
+  // replica's stage 0 gets the report), drawn by rank 0 for replica 0.
+  const auto report = mpp::report_last_step(hybrid.pipeline());
+  if (report && world.rank() == 0 && !svg.empty()) {
+    mpp::SvgOptions picture;
+    picture.title = Pipe::name() + ", replica 0 of " + std::to_string(mesh.data_degree()) +
+                    ": the last step as measured (microseconds)";
+    char subtitle[256];
+    std::snprintf(subtitle, sizeof subtitle,
+                  "pipeline bubble measured %.1f%%, predicted %.1f%%; then %.1f ms per step "
+                  "averaging each stage's gradients with its replica; 4 ranks on 2 shared cores",
+                  100.0 * report->figures.bubble,
+                  100.0 * report->predicted_measured.bubble_fraction(),
+                  1e3 * hybrid.grad_sync_seconds() / steps);
+    picture.subtitle = subtitle;
+    std::ofstream(svg) << mpp::trace::svg_timeline(report->traces, picture);
+    std::printf("rank 0: replica 0's last step drawn in %s\n", svg.c_str());
+  }
 
   // The two replicas of each stage must hold the same weights.
   bool identical = true;

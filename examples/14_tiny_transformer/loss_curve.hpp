@@ -1,9 +1,11 @@
 #pragma once
-// The lab's outputs besides the model: metrics.csv, the per-rank train.log and a hand-written
-// SVG loss curve (train loss per step, validation loss at each evaluation, uniform baseline).
+// The lab's outputs besides the model: metrics.csv, the per-rank train.log and the loss curve
+// (train loss per step, validation loss at each evaluation, uniform baseline) as SVG, drawn by
+// the library's mpp::trace::render_line_plot.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -11,6 +13,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "mpp/trace/plot.hpp"
 
 namespace lab {
 
@@ -69,87 +73,29 @@ inline void write_metrics(const std::filesystem::path& path, const std::vector<M
   for (const auto& r : rows) out << to_csv(r) << '\n';
 }
 
-/// A loss-curve figure: train loss (thin line), validation loss (dots joined), and the uniform
-/// baseline ln(vocab) the model starts from.
+/// A loss-curve figure drawn by the library's line plot: train loss per step, validation loss
+/// where it was measured, and the uniform baseline ln(vocab) the model starts from.
 inline void write_loss_curve_svg(const std::filesystem::path& path,
                                  const std::vector<MetricsRow>& rows, double baseline,
                                  const std::string& title) {
-  const double width = 720, height = 420, left = 64, right = 24, top = 40, bottom = 52;
-  const double plot_w = width - left - right, plot_h = height - top - bottom;
-  std::int64_t max_step = 1;
-  double max_loss = baseline * 1.08, min_loss = 0;
+  std::vector<mpp::trace::Series> series{{"train loss (per step)", {}, {}},
+                                         {"validation loss (held out)", {}, {}}};
   for (const auto& r : rows) {
-    max_step = std::max(max_step, r.step);
-    max_loss = std::max(max_loss, r.train_loss);
+    series[0].x.push_back(static_cast<double>(r.step));
+    series[0].y.push_back(r.train_loss);
+    if (r.validation_loss) {
+      series[1].x.push_back(static_cast<double>(r.step));
+      series[1].y.push_back(*r.validation_loss);
+    }
   }
-  max_loss = std::ceil(max_loss * 2) / 2;
-  auto x = [&](double step) { return left + plot_w * step / static_cast<double>(max_step); };
-  auto y = [&](double loss) {
-    return top + plot_h * (1 - (loss - min_loss) / (max_loss - min_loss));
-  };
-
-  std::ostringstream svg;
-  svg.precision(5);
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-      << "\" viewBox=\"0 0 " << width << ' ' << height
-      << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
-      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << width / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">"
-      << title << "</text>\n";
-  // Grid and ticks.
-  for (int i = 0; i <= 5; ++i) {
-    const double loss = min_loss + (max_loss - min_loss) * i / 5.0;
-    svg << "<line x1=\"" << left << "\" x2=\"" << left + plot_w << "\" y1=\"" << y(loss)
-        << "\" y2=\"" << y(loss) << "\" stroke=\"#e4e4e4\"/>\n"
-        << "<text x=\"" << left - 8 << "\" y=\"" << y(loss) + 4 << "\" text-anchor=\"end\">" << loss
-        << "</text>\n";
-  }
-  for (int i = 0; i <= 5; ++i) {
-    const auto step =
-        static_cast<std::int64_t>(std::llround(static_cast<double>(max_step) * i / 5.0));
-    svg << "<text x=\"" << x(static_cast<double>(step)) << "\" y=\"" << top + plot_h + 18
-        << "\" text-anchor=\"middle\">" << step << "</text>\n";
-  }
-  svg << "<line x1=\"" << left << "\" x2=\"" << left << "\" y1=\"" << top << "\" y2=\""
-      << top + plot_h << "\" stroke=\"black\"/>\n<line x1=\"" << left << "\" x2=\"" << left + plot_w
-      << "\" y1=\"" << top + plot_h << "\" y2=\"" << top + plot_h << "\" stroke=\"black\"/>\n"
-      << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << height - 12
-      << "\" text-anchor=\"middle\">optimizer step</text>\n"
-      << "<text transform=\"translate(16 " << top + plot_h / 2
-      << ") rotate(-90)\" text-anchor=\"middle\">cross-entropy (nats per character)</text>\n";
-  // Uniform baseline.
-  svg << "<line x1=\"" << left << "\" x2=\"" << left + plot_w << "\" y1=\"" << y(baseline)
-      << "\" y2=\"" << y(baseline) << "\" stroke=\"#888\" stroke-dasharray=\"6 4\"/>\n"
-      << "<text x=\"" << left + plot_w - 4 << "\" y=\"" << y(baseline) - 6
-      << "\" text-anchor=\"end\" fill=\"#555\">uniform baseline ln(vocab) = " << baseline
-      << "</text>\n";
-  // Train loss.
-  svg << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.2\" points=\"";
-  for (const auto& r : rows) svg << x(static_cast<double>(r.step)) << ',' << y(r.train_loss) << ' ';
-  svg << "\"/>\n";
-  // Validation loss.
-  svg << "<polyline fill=\"none\" stroke=\"#ff7f0e\" stroke-width=\"2\" points=\"";
-  for (const auto& r : rows)
-    if (r.validation_loss)
-      svg << x(static_cast<double>(r.step)) << ',' << y(*r.validation_loss) << ' ';
-  svg << "\"/>\n";
-  for (const auto& r : rows)
-    if (r.validation_loss)
-      svg << "<circle cx=\"" << x(static_cast<double>(r.step)) << "\" cy=\""
-          << y(*r.validation_loss) << "\" r=\"3\" fill=\"#ff7f0e\"/>\n";
-  // Legend.
-  const double lx = left + plot_w - 190, ly = top + 30;
-  svg << "<rect x=\"" << lx - 8 << "\" y=\"" << ly - 14
-      << "\" width=\"190\" height=\"44\" fill=\"white\" "
-      << "stroke=\"#ccc\"/>\n"
-      << "<line x1=\"" << lx << "\" x2=\"" << lx + 24 << "\" y1=\"" << ly - 4 << "\" y2=\""
-      << ly - 4 << "\" stroke=\"#1f77b4\" stroke-width=\"2\"/><text x=\"" << lx + 30 << "\" y=\""
-      << ly << "\">train loss (per step)</text>\n"
-      << "<line x1=\"" << lx << "\" x2=\"" << lx + 24 << "\" y1=\"" << ly + 16 << "\" y2=\""
-      << ly + 16 << "\" stroke=\"#ff7f0e\" stroke-width=\"2\"/><text x=\"" << lx + 30 << "\" y=\""
-      << ly + 20 << "\">validation loss (held out)</text>\n"
-      << "</svg>\n";
-  std::ofstream(path, std::ios::trunc) << svg.str();
+  mpp::trace::PlotOptions options;
+  options.title = title;
+  options.x_label = "optimizer step";
+  options.y_label = "cross-entropy (nats per character)";
+  char label[64];
+  std::snprintf(label, sizeof label, "uniform baseline ln(vocab) = %.3g", baseline);
+  options.references.push_back({label, baseline});
+  std::ofstream(path, std::ios::trunc) << mpp::trace::render_line_plot(series, options);
 }
 
 }  // namespace lab

@@ -1,8 +1,9 @@
 #pragma once
-// What the pipeline labs 06-09 share: their options, training the course MLP through a pipeline
-// with measurement, and the start-up on 2 or 4 ranks. Labs 07-09 also share `compare`: train two
-// pipelines and print them side by side (bubble measured vs predicted, samples/s, rank 0's peak
-// activations), with the second's last-step timeline and Chrome trace on request.
+// What the pipeline labs 04-09 share: their options, training the course MLP through a pipeline
+// with measurement, the measured timeline as SVG, and the start-up on 2 or 4 ranks. Labs 07-09 also
+// share `compare`: train two pipelines and print them side by side (bubble measured vs predicted,
+// samples/s, rank 0's peak activations), with the second's last-step timeline, Chrome trace and SVG
+// picture on request.
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <type_traits>
 
@@ -28,6 +30,7 @@ struct Options {
   int steps = 20;
   bool timeline = false;
   std::string trace;
+  std::string svg;
 };
 
 struct MeanSquaredError {
@@ -44,6 +47,28 @@ mpp::RunFigures train(const mpp::ProcessGroup& world, const Options& o) {
   auto figures = mpp::train_and_measure(pipe, adam, batch, MeanSquaredError{}, o.steps);
   if (figures.report) std::printf("%s\n", figures.describe().c_str());
   return figures;
+}
+
+/// Draws the last step as every rank measured it, with the library's timeline renderer (the one
+/// mpp-schedule draws predictions with): compute boxes, and in grey the sends and the time spent
+/// blocked on a receive.
+inline void write_svg(const mpp::StepReport& r, const Options& o, const std::string& name) {
+  mpp::SvgOptions svg;
+  svg.title = name + " on " + std::to_string(r.figures.ranks) +
+              " ranks: the last training step as measured (microseconds)";
+  char subtitle[256];
+  std::snprintf(
+      subtitle, sizeof subtitle,
+      "step %.1f ms, bubble measured %.1f%%, predicted %.1f%% (measured costs, free "
+      "communication); %d x Linear(%lld), batch %lld, one thread per rank, 2 shared cores",
+      r.figures.step_us / 1e3, 100.0 * r.figures.bubble,
+      100.0 * r.predicted_measured.bubble_fraction(), o.model.layers,
+      static_cast<long long>(o.model.hidden), static_cast<long long>(o.batch));
+  svg.subtitle = subtitle;
+  std::ofstream out(o.svg);
+  out << mpp::trace::svg_timeline(r.traces, svg);
+  if (out)
+    std::printf("measured timeline of the last %s step drawn in %s\n", name.c_str(), o.svg.c_str());
 }
 
 struct Comparison {
@@ -75,12 +100,15 @@ void compare(const mpp::ProcessGroup& world, const Options& o, const Comparison&
   if (!o.trace.empty() && b.write_chrome_trace(o.trace))
     std::printf("Chrome trace of the last %s step written to %s (open it in ui.perfetto.dev)\n",
                 c.second, o.trace.c_str());
+  if (!o.svg.empty()) write_svg(b, o, c.second);
 }
 
 /// Parses the common options, starts the process group and calls run(world, options,
-/// std::integral_constant<int, P>) for P = 2 or 4 ranks.
+/// std::integral_constant<int, P>) for P = 2 or 4 ranks. `batching` says how the lab cuts the
+/// batch, for the header line (default: "in 8 micro-batches").
 template <class Run>
-int main(int argc, char** argv, const char* lab, const char* description, Run run) {
+int main(int argc, char** argv, const char* lab, const char* description, Run run,
+         const char* batching = nullptr) {
   CLI::App app{description};
   Options o;
   app.add_option("--hidden", o.model.hidden, "width of the Linear layers");
@@ -89,15 +117,18 @@ int main(int argc, char** argv, const char* lab, const char* description, Run ru
   app.add_option("--steps", o.steps, "timed steps");
   app.add_flag("--timeline", o.timeline, "print the last step's measured timeline");
   app.add_option("--trace", o.trace, "write the last step's Chrome trace JSON here");
+  app.add_option("--svg", o.svg, "draw the last step's measured timeline here (SVG)");
   CLI11_PARSE(app, argc, argv);
 
   at::set_num_threads(1);
   auto world = mpp::init_process_group();
   if (world.rank() == 0)
-    std::printf("%s\n%s: %d ranks, %d x Linear(%lld), batch %lld in %d micro-batches\n\n",
-                mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(),
-                lab, world.size(), o.model.layers, static_cast<long long>(o.model.hidden),
-                static_cast<long long>(o.batch), micro_batches);
+    std::printf(
+        "%s\n%s: %d ranks, %d x Linear(%lld), batch %lld %s\n\n",
+        mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(), lab,
+        world.size(), o.model.layers, static_cast<long long>(o.model.hidden),
+        static_cast<long long>(o.batch),
+        batching ? batching : ("in " + std::to_string(micro_batches) + " micro-batches").c_str());
   switch (world.size()) {
     case 2:
       run(world, o, std::integral_constant<int, 2>{});

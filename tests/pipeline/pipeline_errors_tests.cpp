@@ -173,9 +173,11 @@ TEST_CASE("a batch smaller than the number of micro-batches is rejected") {
 }
 
 TEST_CASE("stages that do not fit together fail on the first message with both shapes and stages") {
-  expect_failure(2, "pipeline-errors/shape-mismatch", 1,
+  // The sending stage checks what it produces against the shape it announced in the link's
+  // header (the next stage's declared input) before any data travels.
+  expect_failure(2, "pipeline-errors/shape-mismatch", 0,
                  "mpp: stage 1 (rank 1) expects activations Float[*, 24] but stage 0 (rank 0) "
-                 "sends Float[*, 16]");
+                 "produces Float[*, 16]");
   expect_failure(2, "pipeline-errors/input-dtype", 0,
                  "mpp: stage 0 expects inputs Float[*, 16] but train_step got Double[*, 16]");
 }

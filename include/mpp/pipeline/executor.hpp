@@ -45,7 +45,8 @@ struct ExecutorConfig {
   int chunks_per_rank = 1;    // V
   int micro_batches = 1;      // M
   bool recompute = false;
-  std::vector<ActivationSpec> expected_inputs;  // per local chunk: what its first layer takes
+  std::vector<ActivationSpec> expected_inputs;   // per local chunk: what its first layer takes
+  std::vector<ActivationSpec> expected_outputs;  // per local chunk: what the next stage takes
 };
 
 /// Message tags: one per (link, micro-batch, direction), plus one header tag per link.
@@ -245,6 +246,31 @@ class Executor {
       step_->targets = targets;
       if (!step_->plan_known) set_plan(targets.size(0));
       step_->target_chunks = split_micro_batches(targets, step_->plan);
+    }
+    if constexpr (!Communicator<C>::blocking) {
+      if (step_->plan_known) send_headers();
+    }
+  }
+
+  /// Announces every outgoing link's shape (the next stage's declared input) and the step's plan.
+  /// Async: as soon as the plan is known, before any compute, so that the receivers can post
+  /// their data receives while this rank computes (a receive posted before the send arrives
+  /// saves the sender's transport thread a wake-up). Blocking: right before the link's first
+  /// data message, where the lowering put the first SEND_F. Each SEND_F then checks that what
+  /// the stage really produces is what was announced.
+  void send_headers(int only_chunk = -1) {
+    for (std::size_t c = 0; c < pieces_.size(); ++c) {
+      const int chunk = static_cast<int>(c);
+      if ((only_chunk >= 0 && chunk != only_chunk) || is_last_stage(chunk) || step_->header_sent[c])
+        continue;
+      ShapeHeader h;
+      h.sender_stage = stage_of(chunk);
+      h.batch = step_->plan.batch;
+      h.micro_batches = config_.micro_batches;
+      h.spec = config_.expected_outputs[c];
+      const int peer = (stage_of(chunk) + 1) % config_.ranks;
+      step_->pending_sends.add(comm_.send(h.encode(), peer, header_tag(stage_of(chunk))));
+      step_->header_sent[c] = true;
     }
   }
 
@@ -515,15 +541,15 @@ class Executor {
     const auto t0 = recorder_.now();
     const std::size_t chunk = static_cast<std::size_t>(a.chunk);
     at::Tensor wire = s.output.detach();
-    if (!step_->header_sent[chunk]) {
-      ShapeHeader h;
-      h.sender_stage = a.stage;
-      h.batch = step_->plan.batch;
-      h.micro_batches = config_.micro_batches;
-      h.spec = {wire.scalar_type(), per_sample(wire)};
-      step_->pending_sends.add(comm_.send(h.encode(), a.peer, header_tag(a.stage)));
-      step_->header_sent[chunk] = true;
-    }
+    const ActivationSpec produced{wire.scalar_type(), per_sample(wire)};
+    if (produced != config_.expected_outputs[chunk])
+      throw pipeline_error(
+          "mpp: " + stage_text(a.stage + 1) + " expects activations " +
+          to_string(config_.expected_outputs[chunk]) + " but " + stage_text(a.stage) +
+          " produces " + to_string(produced) +
+          "; the stages do not fit together: check the partition and the layer sizes at the cut "
+          "(the model's input_shape of the next stage's first layer)");
+    if (!step_->header_sent[chunk]) send_headers(a.chunk);
     step_->pending_sends.add(
         comm_.send(wire, a.peer, activation_tag(a.stage, a.micro_batch, stages_)));
     if (config_.recompute) s.output = at::Tensor();  // the Request keeps the bytes until sent
@@ -556,8 +582,15 @@ class Executor {
         link.header_request = comm_.recv(link.header_buffer, a.peer, header_tag(a.stage - 1));
         link.header_posted = true;
       }
-      if constexpr (Communicator<C>::blocking) {
+      // Blocking, or the rank's first chunk (it can compute nothing before this input
+      // arrives): read the header now and post the data receive at once. A later chunk's
+      // header is read when that chunk first needs its input.
+      if (Communicator<C>::blocking || a.chunk == 0) {
         read_header(a.chunk, a.peer);
+        for (int mb = 0; mb < config_.micro_batches; ++mb) {
+          Slot& other = slot(a.chunk, mb);
+          if (other.recv_deferred) post_activation_buffer(a.chunk, mb, a.peer, other);
+        }
       } else {
         s.recv_deferred = true;
         return;
@@ -582,6 +615,7 @@ class Executor {
                            "; every rank must build the same Pipeline type");
     if (!step_->plan_known) {
       set_plan(h.batch);
+      if constexpr (!Communicator<C>::blocking) send_headers();  // pass the plan on at once
     } else if (h.batch != step_->plan.batch) {
       throw pipeline_error("mpp: " + stage_text(stage - 1) + " sends a batch of " +
                            std::to_string(h.batch) + " samples but " + stage_text(stage) + " has " +

@@ -159,9 +159,14 @@ class Pipeline {
     config.chunks_per_rank = chunks_per_rank;
     config.micro_batches = micro_batches;
     config.recompute = recompute;
-    for (const auto& piece : pieces)
+    for (const auto& piece : pieces) {
       config.expected_inputs.push_back(
           ActivationSpec{model.dtype(), model.input_shape(piece.layers.begin)});
+      config.expected_outputs.push_back(
+          piece.layers.end < model.num_layers()
+              ? ActivationSpec{model.dtype(), model.input_shape(piece.layers.end)}
+              : ActivationSpec{});
+    }
 
     const auto row = plan_->actions(rank);
     std::vector<Action> actions(row.begin(), row.end());

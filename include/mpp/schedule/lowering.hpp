@@ -207,12 +207,17 @@ constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, con
 
 }  // namespace detail
 
-/// How far ahead an async lowering posts receives: the receive for compute k is posted before
-/// compute k - 1 runs, so the transfer overlaps it (two receive buffers per rank at most).
-inline constexpr int async_receive_lookahead = 1;
+/// How far ahead an async lowering posts receives: all of them, at the start of the step, in the
+/// order the computes consume them. A send whose receive is already posted is written straight
+/// from the sender's thread; one that arrives first waits for the receiver's notice and is then
+/// written by the transport's own thread -- a wake-up (and, on a busy core, a preemption) on the
+/// critical path of every message. Posting everything first keeps that off the path. The
+/// executor still allocates each buffer only once its shape is known (activations: after the
+/// link's shape header; gradients: after the micro-batch's forward).
+inline constexpr int async_receive_lookahead = max_actions_per_rank;
 
 /// Lowers in place into `out` (large tables: avoids a copy at compile time).
-/// buffered: receives posted one compute early, sends right after their compute.
+/// buffered: every receive posted at the start of the step, sends right after their compute.
 /// rendezvous: transfers ordered so that no two neighbours wait on each other.
 /// An invalid or already lowered table is copied unchanged (the verifier then reports it).
 constexpr void lower_into(ScheduleTable& out, const ScheduleTable& in, CommSemantics semantics,

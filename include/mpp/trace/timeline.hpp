@@ -147,6 +147,14 @@ inline std::string ascii_timeline(std::span<const RankTrace> traces,
   return render_ascii(events, options);
 }
 
+/// The measured timeline as SVG, drawn like a predicted one (mpp-schedule --svg): compute boxes
+/// F/B/I/W (a recompute as part of its backward) and, in grey, sends and time blocked on a
+/// receive. Times in microseconds from the earliest rank's step start.
+inline std::string svg_timeline(std::span<const RankTrace> traces, const SvgOptions& options = {}) {
+  const auto events = timed_events(traces, /*comm=*/true);
+  return render_svg(events, options);
+}
+
 inline std::string format_bytes(std::int64_t bytes) {
   char buf[32];
   if (bytes >= (1 << 20))

@@ -1,6 +1,10 @@
+#pragma once
 // Every built-in schedule x comm policy x partition (with and without Recompute), at 2 and 4
 // stages, trains to the same parameters as the monolith from the same initial weights on the
 // same batches. One process launch per (schedule, comm policy, stages) runs all its partitions.
+// One translation unit per schedule (equivalence_<schedule>.cpp) keeps each compile short and
+// lets them build in parallel: MPP_PIPELINE_EQUIVALENCE(Schedule) registers the workers and the
+// test case of one schedule.
 #include <doctest/doctest.h>
 
 // GCC 12 reports a false -Wstringop-overflow inside std::string's operator+ once launch/process.hpp
@@ -26,7 +30,7 @@
 #include "support/worker.hpp"
 #include "support/world.hpp"
 
-namespace {
+namespace mpp::test::equivalence {
 
 struct MeanSquaredError {
   at::Tensor operator()(const at::Tensor& output, const at::Tensor& target) const {
@@ -38,7 +42,7 @@ constexpr int steps = 3;
 // Uneven on purpose in the middle step: 10 samples in 4 micro-batches are 3, 3, 2, 2.
 constexpr std::int64_t batch_for_step(int step) { return step == 1 ? 10 : 12; }
 
-mpp::models::MlpConfig test_model() {
+inline mpp::models::MlpConfig test_model() {
   return {.hidden = 16, .layers = mpp::test::partition_layers, .seed = 11};
 }
 
@@ -117,11 +121,10 @@ int equivalence_worker(int, char**) {
   auto world = mpp::init_process_group();
   std::string problems;
   int cases = 0;
-  mpp::test::for_each_type<mpp::test::stage_policies<P, Sched::chunks_per_rank>>(
-      [&]<class Stages>() {
-        problems += compare_with_monolith<mpp::Pipeline<Stages, Sched, Comm>>(world);
-        ++cases;
-      });
+  for_each_type<stage_policies<P, Sched::chunks_per_rank>>([&]<class Stages>() {
+    problems += compare_with_monolith<mpp::Pipeline<Stages, Sched, Comm>>(world);
+    ++cases;
+  });
   if (!problems.empty()) {
     std::fprintf(stderr, "%s", problems.c_str());
     return 1;
@@ -130,38 +133,48 @@ int equivalence_worker(int, char**) {
   return 0;
 }
 
-// Registers one worker per (schedule, comm policy, stages) before main() runs.
-const bool workers_registered = [] {
-  mpp::test::for_each_type<mpp::test::schedules<4>>([]<class Sched>() {
-    mpp::test::for_each_type<mpp::test::comm_policies>([]<class Comm>() {
-      mpp::test::worker_registry().emplace(worker_name<Sched, Comm, 2>(),
-                                           &equivalence_worker<Sched, Comm, 2>);
-      mpp::test::worker_registry().emplace(worker_name<Sched, Comm, 4>(),
-                                           &equivalence_worker<Sched, Comm, 4>);
-    });
+/// Registers one worker per (comm policy, stages) of schedule `Sched`; returns true.
+template <class Sched>
+bool register_workers() {
+  for_each_type<comm_policies>([]<class Comm>() {
+    worker_registry().emplace(worker_name<Sched, Comm, 2>(), &equivalence_worker<Sched, Comm, 2>);
+    worker_registry().emplace(worker_name<Sched, Comm, 4>(), &equivalence_worker<Sched, Comm, 4>);
   });
   return true;
-}();
+}
 
 template <class Sched, class Comm, int P>
 void run_equivalence() {
-  mpp::test::WorldOptions options;
+  WorldOptions options;
   options.timeout = std::chrono::seconds(120);
   options.env = {{"MPP_TIMEOUT_S", "30"}, {"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
-  const auto world = mpp::test::run_world(P, worker_name<Sched, Comm, P>(), options);
+  const auto world = run_world(P, worker_name<Sched, Comm, P>(), options);
   INFO(worker_name<Sched, Comm, P>());
   CHECK_MESSAGE(world.ok(), world.report());
 }
 
-}  // namespace
-
-TEST_CASE_TEMPLATE_DEFINE(
-    "pipeline training equals the monolith for every comm policy, partition and Recompute", Sched,
-    pipeline_equivalence) {
-  REQUIRE(workers_registered);
-  mpp::test::for_each_type<mpp::test::comm_policies>([]<class Comm>() {
+template <class Sched>
+void run_all(bool registered) {
+  REQUIRE(registered);
+  for_each_type<comm_policies>([]<class Comm>() {
     run_equivalence<Sched, Comm, 2>();
     run_equivalence<Sched, Comm, 4>();
   });
 }
-TEST_CASE_TEMPLATE_APPLY(pipeline_equivalence, mpp::test::schedules<4>);
+
+}  // namespace mpp::test::equivalence
+
+#define MPP_EQUIVALENCE_CAT2(a, b) a##b
+#define MPP_EQUIVALENCE_CAT(a, b) MPP_EQUIVALENCE_CAT2(a, b)
+/// One schedule's workers (registered before main() runs) and its test case.
+#define MPP_PIPELINE_EQUIVALENCE(NAME, ...)                                         \
+  namespace {                                                                       \
+  const bool MPP_EQUIVALENCE_CAT(equivalence_registered_, __LINE__) =               \
+      mpp::test::equivalence::register_workers<__VA_ARGS__>();                      \
+  }                                                                                 \
+  TEST_CASE(                                                                        \
+      "pipeline training equals the monolith for every comm policy, partition and " \
+      "Recompute: " NAME) {                                                         \
+    mpp::test::equivalence::run_all<__VA_ARGS__>(                                   \
+        MPP_EQUIVALENCE_CAT(equivalence_registered_, __LINE__));                    \
+  }

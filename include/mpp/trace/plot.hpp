@@ -1,0 +1,415 @@
+#pragma once
+// Line plots, grouped bar charts and lane charts as SVG: the figures a schedule timeline does not
+// cover (loss curves, latency against message size, memory per stage, communication overlapping
+// compute). Torch-free and dependency-free like the timeline renderers, so labs, tools and the
+// docs' figures all draw with the same code.
+//
+//   std::vector<mpp::trace::Series> s{{"train", steps, losses}};
+//   std::string svg = mpp::trace::render_line_plot(s, {.title = "loss", .x_label = "step"});
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mpp/schedule/render.hpp"
+
+namespace mpp::trace {
+
+/// One curve of a line plot (x and y of the same length), or one series of a bar chart (y only).
+struct Series {
+  std::string name;
+  std::vector<double> x;
+  std::vector<double> y;
+};
+
+/// A labelled horizontal line across the plot: a budget, a floor, a prediction.
+struct Reference {
+  std::string label;
+  double value = 0;
+};
+
+struct PlotOptions {
+  std::string title;
+  std::string subtitle;
+  std::string x_label;
+  std::string y_label;
+  bool log_x = false;  // logarithmic axes need positive values (others are skipped)
+  bool log_y = false;
+  bool y_from_zero = true;  // linear y axis starts at 0 unless the data goes below
+  int width = 720;
+  int height = 380;
+  std::vector<Reference> references;
+};
+
+/// One box of a lane chart: [start, end) on `lane`, drawn in `fill`, with an optional label
+/// inside (shown when it fits) and a tooltip.
+struct LaneSpan {
+  int lane = 0;
+  double start = 0;
+  double end = 0;
+  std::string label;
+  std::string fill = "#4e79a7";
+  std::string tooltip;
+};
+
+/// A colour and what it means, for a lane chart's legend.
+struct LegendEntry {
+  std::string name;
+  std::string fill;
+};
+
+namespace detail {
+
+inline const char* palette(std::size_t i) {
+  static const char* colours[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                  "#b07aa1", "#76b7b2", "#edc948", "#9c755f"};
+  return colours[i % 8];
+}
+
+inline std::string tick_label(double v, bool exponent = false) {
+  char buf[32];
+  const double a = std::fabs(v);
+  if (v == 0) return "0";
+  if (a >= 1e6 || a < 1e-3 || (exponent && a >= 1e4)) {
+    std::snprintf(buf, sizeof buf, "%.0e", v);  // "1e+06" -> "1e6"
+    std::string s = buf;
+    const auto e = s.find('e');
+    std::string mantissa = s.substr(0, e), power = s.substr(e + 1);
+    if (power[0] == '+') power.erase(0, 1);
+    while (power.size() > 1 && (power[0] == '0' || (power[0] == '-' && power[1] == '0')))
+      power.erase(power[0] == '-' ? 1 : 0, 1);
+    return mantissa + "e" + power;
+  }
+  if (a >= 100 || v == std::floor(v))
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+/// A numeric axis: the data range widened to round ticks, mapped onto [pixel_low, pixel_high].
+struct Axis {
+  double low = 0, high = 1;
+  bool log = false;
+  std::vector<double> ticks;
+
+  static Axis fit(double data_low, double data_high, bool log, bool from_zero) {
+    Axis a;
+    a.log = log;
+    if (!(data_low <= data_high)) data_low = 0, data_high = 1;
+    if (log) {
+      double lo = std::floor(std::log10(data_low)), hi = std::ceil(std::log10(data_high));
+      if (hi <= lo) hi = lo + 1;
+      a.low = std::pow(10.0, lo);
+      a.high = std::pow(10.0, hi);
+      const int decades = static_cast<int>(hi - lo);
+      const int every = decades > 8 ? 2 : 1;
+      for (int e = static_cast<int>(lo); e <= static_cast<int>(hi); e += every)
+        a.ticks.push_back(std::pow(10.0, e));
+      return a;
+    }
+    if (from_zero && data_low > 0) data_low = 0;
+    if (data_high == data_low) data_high = data_low + 1;
+    const double raw_step = (data_high - data_low) / 5;
+    const double magnitude = std::pow(10.0, std::floor(std::log10(raw_step)));
+    double step = magnitude;
+    for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+      if (m * magnitude >= raw_step) {
+        step = m * magnitude;
+        break;
+      }
+    a.low = std::floor(data_low / step) * step;
+    a.high = std::ceil(data_high / step) * step;
+    for (double t = a.low; t <= a.high + step * 1e-9; t += step)
+      a.ticks.push_back(std::fabs(t) < step * 1e-9 ? 0.0 : t);
+    return a;
+  }
+
+  double map(double v, double pixel_low, double pixel_high) const {
+    const double f = log ? (std::log10(v) - std::log10(low)) / (std::log10(high) - std::log10(low))
+                         : (v - low) / (high - low);
+    return pixel_low + f * (pixel_high - pixel_low);
+  }
+};
+
+inline bool usable(double v, bool log) { return std::isfinite(v) && (!log || v > 0); }
+
+inline void text(std::string& out, double x, double y, const std::string& s,
+                 const char* anchor = "start", const char* extra = "") {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s>", x, y, anchor,
+                extra);
+  out += buf;
+  out += mpp::detail::xml_escape(s);
+  out += "</text>\n";
+}
+
+inline std::string header(int width, int height, const PlotOptions& o) {
+  std::string out;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                "viewBox=\"0 0 %d %d\" font-family=\"Helvetica,Arial,sans-serif\" "
+                "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                width, height, width, height);
+  out += buf;
+  if (!o.title.empty())
+    text(out, 8, 18, o.title, "start", " font-size=\"14\" font-weight=\"bold\"");
+  if (!o.subtitle.empty()) text(out, 8, 36, o.subtitle, "start", " fill=\"#444\"");
+  return out;
+}
+
+inline double top_margin(const PlotOptions& o) {
+  return o.title.empty() ? 16 : (o.subtitle.empty() ? 36 : 52);
+}
+
+/// Frame, grid lines, tick labels and axis labels of a plot area.
+inline void frame(std::string& out, const Axis& x, const Axis* y, double left, double top,
+                  double right, double bottom, const PlotOptions& o) {
+  char buf[256];
+  if (y) {
+    for (double t : y->ticks) {
+      const double py = y->map(t, bottom, top);
+      std::snprintf(buf, sizeof buf,
+                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n",
+                    left, py, right, py);
+      out += buf;
+      text(out, left - 6, py + 4, tick_label(t, y->log), "end");
+    }
+  }
+  for (double t : x.ticks) {
+    const double px = x.map(t, left, right);
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n",
+                  px, top, px, bottom);
+    out += buf;
+    text(out, px, bottom + 15, tick_label(t, x.log), "middle");
+  }
+  std::snprintf(buf, sizeof buf,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                "stroke=\"#888\"/>\n",
+                left, top, right - left, bottom - top);
+  out += buf;
+  if (!o.x_label.empty()) text(out, (left + right) / 2, bottom + 32, o.x_label, "middle");
+  if (!o.y_label.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "<text x=\"14\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
+                  "%.1f)\">",
+                  (top + bottom) / 2, (top + bottom) / 2);
+    out += buf;
+    out += mpp::detail::xml_escape(o.y_label);
+    out += "</text>\n";
+  }
+}
+
+inline void references(std::string& out, const Axis& y, double left, double right, double top,
+                       double bottom, const PlotOptions& o) {
+  char buf[256];
+  for (const Reference& r : o.references) {
+    if (!usable(r.value, y.log) || r.value < y.low || r.value > y.high) continue;
+    const double py = y.map(r.value, bottom, top);
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c0392b\" "
+                  "stroke-dasharray=\"6 4\" stroke-width=\"1.5\"/>\n",
+                  left, py, right, py);
+    out += buf;
+    text(out, left + 6, py - 4, r.label, "start",
+         " fill=\"#c0392b\" paint-order=\"stroke\" stroke=\"white\" stroke-width=\"3\"");
+  }
+}
+
+inline void legend(std::string& out, const std::vector<std::pair<std::string, std::string>>& items,
+                   double right, double top) {
+  if (items.empty()) return;
+  char buf[256];
+  std::size_t longest = 0;
+  for (const auto& item : items) longest = std::max(longest, item.first.size());
+  const double w = 28 + 6.2 * static_cast<double>(longest);
+  const double x = right - w - 6;
+  std::snprintf(buf, sizeof buf,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"white\" "
+                "fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n",
+                x, top + 6, w, 16.0 * static_cast<double>(items.size()) + 6);
+  out += buf;
+  double y = top + 10;
+  for (const auto& [name, fill] : items) {
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>\n", x + 6,
+                  y, fill.c_str());
+    out += buf;
+    text(out, x + 22, y + 9, name);
+    y += 16;
+  }
+}
+
+}  // namespace detail
+
+/// Curves y(x), one colour per series, points marked when there are few; references as dashed
+/// lines. Points that cannot be drawn on a logarithmic axis (<= 0) or are not finite are skipped.
+inline std::string render_line_plot(std::span<const Series> series, const PlotOptions& o = {}) {
+  double x_low = std::numeric_limits<double>::infinity(), x_high = -x_low;
+  double y_low = x_low, y_high = -x_low;
+  for (const Series& s : series)
+    for (std::size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
+      if (!detail::usable(s.x[i], o.log_x) || !detail::usable(s.y[i], o.log_y)) continue;
+      x_low = std::min(x_low, s.x[i]);
+      x_high = std::max(x_high, s.x[i]);
+      y_low = std::min(y_low, s.y[i]);
+      y_high = std::max(y_high, s.y[i]);
+    }
+  for (const Reference& r : o.references)
+    if (detail::usable(r.value, o.log_y)) {
+      y_low = std::min(y_low, r.value);
+      y_high = std::max(y_high, r.value);
+    }
+  const auto x = detail::Axis::fit(x_low, x_high, o.log_x, false);
+  const auto y = detail::Axis::fit(y_low, y_high, o.log_y, o.y_from_zero);
+  const double left = 64, top = detail::top_margin(o), right = o.width - 28.0,
+               bottom = o.height - 44.0;
+  std::string out = detail::header(o.width, o.height, o);
+  detail::frame(out, x, &y, left, top, right, bottom, o);
+  detail::references(out, y, left, right, top, bottom, o);
+  char buf[160];
+  std::vector<std::pair<std::string, std::string>> items;
+  for (std::size_t k = 0; k < series.size(); ++k) {
+    const Series& s = series[k];
+    const char* colour = detail::palette(k);
+    std::string points;
+    std::size_t drawn = 0;
+    for (std::size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
+      if (!detail::usable(s.x[i], o.log_x) || !detail::usable(s.y[i], o.log_y)) continue;
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", x.map(s.x[i], left, right),
+                    y.map(s.y[i], bottom, top));
+      points += buf;
+      ++drawn;
+    }
+    out += "<polyline fill=\"none\" stroke-width=\"1.8\" stroke=\"" + std::string(colour) +
+           "\" points=\"" + points + "\"><title>" + mpp::detail::xml_escape(s.name) +
+           "</title></polyline>\n";
+    if (drawn <= 40)
+      for (std::size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
+        if (!detail::usable(s.x[i], o.log_x) || !detail::usable(s.y[i], o.log_y)) continue;
+        std::snprintf(buf, sizeof buf,
+                      "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s, %s</title>"
+                      "</circle>\n",
+                      x.map(s.x[i], left, right), y.map(s.y[i], bottom, top), colour,
+                      detail::tick_label(s.x[i]).c_str(), detail::tick_label(s.y[i]).c_str());
+        out += buf;
+      }
+    if (!s.name.empty()) items.emplace_back(s.name, colour);
+  }
+  detail::legend(out, items, right, top);
+  out += "</svg>\n";
+  return out;
+}
+
+/// Vertical bars: one group per category, one bar per series in each group (series[k].y[c] is
+/// series k's value for category c), the value written above each bar; references as dashed
+/// lines (a memory budget, say).
+inline std::string render_bar_chart(std::span<const std::string> categories,
+                                    std::span<const Series> series, const PlotOptions& o = {}) {
+  double y_low = 0, y_high = 0;
+  for (const Series& s : series)
+    for (double v : s.y)
+      if (detail::usable(v, o.log_y)) {
+        y_low = std::min(y_low, v);
+        y_high = std::max(y_high, v);
+      }
+  for (const Reference& r : o.references) y_high = std::max(y_high, r.value);
+  const auto y = detail::Axis::fit(y_low, y_high, o.log_y, true);
+  const double left = 64, top = detail::top_margin(o) + 6, right = o.width - 28.0,
+               bottom = o.height - 44.0;
+  std::string out = detail::header(o.width, o.height, o);
+  detail::Axis none;  // categories take the place of x ticks
+  detail::frame(out, none, &y, left, top, right, bottom, o);
+  const double group =
+      (right - left) / static_cast<double>(std::max<std::size_t>(1, categories.size()));
+  const double bar = group * 0.8 / static_cast<double>(std::max<std::size_t>(1, series.size()));
+  char buf[320];
+  for (std::size_t c = 0; c < categories.size(); ++c) {
+    const double gx = left + group * static_cast<double>(c) + group * 0.1;
+    detail::text(out, gx + group * 0.4, bottom + 15, categories[c], "middle");
+    for (std::size_t k = 0; k < series.size(); ++k) {
+      if (c >= series[k].y.size() || !detail::usable(series[k].y[c], o.log_y)) continue;
+      const double v = series[k].y[c];
+      const double y0 = y.map(o.log_y ? y.low : 0.0, bottom, top), y1 = y.map(v, bottom, top);
+      const double bx = gx + bar * static_cast<double>(k);
+      std::snprintf(buf, sizeof buf,
+                    "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
+                    "<title>%s, %s: %s</title></rect>\n",
+                    bx, std::min(y0, y1), std::max(1.0, bar - 2), std::fabs(y0 - y1),
+                    detail::palette(k), mpp::detail::xml_escape(categories[c]).c_str(),
+                    mpp::detail::xml_escape(series[k].name).c_str(), detail::tick_label(v).c_str());
+      out += buf;
+      if (bar >= 22)
+        detail::text(out, bx + (bar - 2) / 2, std::min(y0, y1) - 3, detail::tick_label(v), "middle",
+                     " font-size=\"10\"");
+    }
+  }
+  detail::references(out, y, left, right, top, bottom, o);
+  std::vector<std::pair<std::string, std::string>> items;
+  if (series.size() > 1)
+    for (std::size_t k = 0; k < series.size(); ++k)
+      items.emplace_back(series[k].name, detail::palette(k));
+  detail::legend(out, items, right, top);
+  out += "</svg>\n";
+  return out;
+}
+
+/// Named lanes (rows) of boxes on one time axis: a measured timeline of things that are not
+/// schedule actions, e.g. a backward pass in one lane and the all-reduces it launches in another.
+inline std::string render_lanes(std::span<const std::string> lanes, std::span<const LaneSpan> spans,
+                                std::span<const LegendEntry> legend = {},
+                                const PlotOptions& o = {}) {
+  double end = 0;
+  for (const LaneSpan& s : spans) end = std::max(end, s.end);
+  const auto x = detail::Axis::fit(0, end > 0 ? end : 1, false, true);
+  std::size_t longest = 4;
+  for (const auto& l : lanes) longest = std::max(longest, l.size());
+  const double row = 26, left = 12 + 6.0 * static_cast<double>(longest),
+               top = detail::top_margin(o) + 4, right = o.width - 16.0;
+  const double bottom = top + row * static_cast<double>(lanes.size());
+  const int height = static_cast<int>(bottom) + 44 + (legend.empty() ? 0 : 18);
+  std::string out = detail::header(o.width, height, o);
+  char buf[512];
+  for (std::size_t l = 0; l < lanes.size(); ++l) {
+    const double y = top + row * static_cast<double>(l);
+    detail::text(out, 8, y + row * 0.65, lanes[l]);
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f1f1f1\"/>\n",
+                  left, y + 2, right - left, row - 4);
+    out += buf;
+  }
+  detail::frame(out, x, nullptr, left, top, right, bottom, o);
+  for (const LaneSpan& s : spans) {
+    if (s.end <= s.start || s.lane < 0 || s.lane >= static_cast<int>(lanes.size())) continue;
+    const double x0 = x.map(s.start, left, right), x1 = x.map(s.end, left, right);
+    const double y = top + row * s.lane + 2;
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
+                  "stroke=\"white\" stroke-width=\"0.6\"><title>%s [%s, %s)</title></rect>\n",
+                  x0, y, std::max(0.5, x1 - x0), row - 4, s.fill.c_str(),
+                  mpp::detail::xml_escape(s.tooltip.empty() ? s.label : s.tooltip).c_str(),
+                  detail::tick_label(s.start).c_str(), detail::tick_label(s.end).c_str());
+    out += buf;
+    if (!s.label.empty() && x1 - x0 >= 6.5 * static_cast<double>(s.label.size()) + 4)
+      detail::text(out, (x0 + x1) / 2, y + row * 0.5 + 1, s.label, "middle",
+                   " fill=\"white\" font-size=\"10\"");
+  }
+  double lx = left;
+  for (const LegendEntry& e : legend) {
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", lx,
+                  bottom + 40, e.fill.c_str());
+    out += buf;
+    detail::text(out, lx + 14, bottom + 49, e.name);
+    lx += 24 + 6.2 * static_cast<double>(e.name.size());
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+}  // namespace mpp::trace

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Regenerates every picture under docs/figures/ except the benchmark plots (tools/bench-report
+# draws those): schedule timelines predicted by the verifier (mpp-schedule), measured timelines
+# and curves written by the labs themselves through the library's renderers (mpp::render_svg,
+# mpp::trace::render_line_plot / render_bar_chart / render_lanes). Nothing is drawn by hand.
+#
+#   tools/docs/mpp-docs figures [--build DIR] [--only NAME...]
+#
+# DIR is a configured build tree (default build/release); the targets it needs are listed by
+# `--list`. Multi-rank labs run on 2 ranks (4 for the hybrid lab) through DIR/tools/mpprun/mpprun,
+# with one thread per rank. Measured figures depend on the machine and on what else runs on it:
+# each chapter states the machine it measured on, so rerun them on an idle machine when you can.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=build/release
+only=()
+while (($#)); do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --only) shift; while (($#)) && [[ $1 != --* ]]; do only+=("$1"); shift; done ;;
+    --list)
+      echo "targets: mpprun mpp-schedule monolith pingpong memory_wall naive_pipeline gpipe one_f_one_b"
+      echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer mpp-plot"
+      echo "figures: schedules pipeline monolith pingpong memory_wall data_parallel transformer"
+      exit 0 ;;
+    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "figures: unknown argument $1 (try --help)" >&2; exit 2 ;;
+  esac
+done
+cd "$root"
+[[ $build = /* ]] || build=$root/$build
+out=$root/docs/figures
+
+wanted() { ((${#only[@]} == 0)) && return 0; local n; for n in "${only[@]}"; do [[ $n == "$1" ]] && return 0; done; return 1; }
+binary() {
+  local path=$build/$1
+  [[ -x $path ]] || { echo "figures: $path is missing; build it: cmake --build $build --target $(basename "$1")" >&2; exit 1; }
+  echo "$path"
+}
+logs=$build/figure-logs  # what each run printed, to quote its numbers in the chapters
+mkdir -p "$logs"
+log_name=run
+run() { echo "+ $*" >&2; "$@" 2>&1 | tee "$logs/$log_name.log"; }
+ranks() {  # ranks N PROGRAM ARGS...: the program on N ranks, one thread each, bounded in time
+  local n=$1; shift
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 run "$(binary tools/mpprun/mpprun)" --nproc-per-node "$n" \
+    --log-dir "" --timeout 600 "$@"
+}
+
+if wanted schedules; then
+  # Predicted timelines: P = 4, M = 8 (docs/schedules.md) and P = 2, M = 8 (next to the labs'
+  # measured runs on 2 ranks in chapters 06-10).
+  sched=$(binary tools/mpp-schedule/mpp-schedule)
+  log_name=schedules run sh docs/figures/schedules/generate.sh "$sched"
+  log_name=design_gpipe run "$sched" gpipe -p 4 -m 8 --comm blocking -q --svg "$out/design/gpipe_p4_m8_blocking.svg"
+  log_name=design_1f1b run "$sched" 1f1b -p 4 -m 8 --comm blocking -q --svg "$out/design/1f1b_p4_m8_blocking.svg"
+  mkdir -p "$out/pipeline"
+  log_name=pipeline_predicted_naive_p2 run "$sched" naive -p 2 -q --svg "$out/pipeline/predicted_naive_p2.svg"
+  for s in gpipe 1f1b zb-h1; do
+    log_name=pipeline_predicted_${s}_p2 run "$sched" "$s" -p 2 -m 8 -q --svg "$out/pipeline/predicted_${s}_p2.svg"
+  done
+  log_name=pipeline_predicted_interleaved_p2 run "$sched" interleaved -p 2 -m 8 -v 2 -q --svg "$out/pipeline/predicted_interleaved_p2.svg"
+fi
+
+if wanted pipeline; then
+  # Measured: the last training step of each lab, on 2 ranks. Hidden 512 and batch 64 keep each
+  # micro-batch's compute well above Gloo's ~50 us per message, so the picture shows the schedule.
+  mkdir -p "$out/pipeline"
+  args=(--hidden 512 --batch 64 --steps 10)
+  log_name=pipeline_measured_naive_p2 ranks 2 "$(binary examples/04_naive_pipeline/naive_pipeline)" "${args[@]}" --svg "$out/pipeline/measured_naive_p2.svg"
+  log_name=pipeline_measured_gpipe_p2 ranks 2 "$(binary examples/05_gpipe/gpipe)" "${args[@]}" --svg "$out/pipeline/measured_gpipe_p2.svg"
+  log_name=pipeline_measured_1f1b_p2 ranks 2 "$(binary examples/06_one_f_one_b/one_f_one_b)" "${args[@]}" --svg "$out/pipeline/measured_1f1b_p2.svg"
+  log_name=pipeline_measured_interleaved_p2 ranks 2 "$(binary examples/07_interleaved/interleaved)" "${args[@]}" --svg "$out/pipeline/measured_interleaved_p2.svg"
+  log_name=pipeline_measured_zb-h1_p2 ranks 2 "$(binary examples/08_zero_bubble/zero_bubble)" "${args[@]}" --svg "$out/pipeline/measured_zb-h1_p2.svg"
+  log_name=pipeline_measured_recompute_p2 ranks 2 "$(binary examples/09_recompute/recompute)" "${args[@]}" --svg "$out/pipeline/measured_recompute_p2.svg"
+fi
+
+if wanted monolith; then
+  mkdir -p "$out/monolith"
+  log_name=monolith run "$(binary examples/01_monolith/monolith)" --svg "$out/monolith/loss.svg"
+fi
+
+if wanted pingpong; then
+  mkdir -p "$out/basics"
+  log_name=basics_pingpong ranks 2 "$(binary examples/03_pingpong/pingpong)" --svg "$out/basics/pingpong.svg"
+fi
+
+if wanted memory_wall; then
+  mkdir -p "$out/memory"
+  log_name=memory_memory_wall run "$(binary examples/04_memory_wall/memory_wall)" --svg "$out/memory/memory_wall.svg"
+fi
+
+if wanted data_parallel; then
+  mkdir -p "$out/data_parallel"
+  log_name=data_parallel_manual_dp run "$(binary examples/10_manual_dp/manual_dp)" 30 --svg "$out/data_parallel/manual_dp_losses.svg"
+  log_name=data_parallel_ddp_overlap ranks 2 "$(binary examples/12_ddp/ddp)" --steps 8 --svg "$out/data_parallel/ddp_overlap.svg"
+  log_name=data_parallel_hybrid ranks 4 "$(binary examples/13_hybrid/hybrid)" 30 64 --svg "$out/data_parallel/hybrid_step.svg"
+  log_name=data_parallel_predicted_1f1b_m4 run "$(binary tools/mpp-schedule/mpp-schedule)" 1f1b -p 2 -m 4 -q \
+    --svg "$out/data_parallel/predicted_1f1b_m4_p2.svg"
+fi
+
+if wanted transformer; then
+  # Chapter 15's two runs: the default config (2 blocks) and the same with 4 blocks.
+  mkdir -p "$out/transformer"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  lab=$(binary examples/14_tiny_transformer/train_tiny_transformer)
+  log_name=transformer_2_blocks run "$lab" --epochs 2 --out-dir "$tmp/l2"
+  cp "$tmp/l2/loss_curve.svg" "$out/transformer/loss_curve_2_blocks.svg"
+  sed 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 4/' config/config.json >"$tmp/config4.json"
+  log_name=transformer_4_blocks run "$lab" --config "$tmp/config4.json" --epochs 2 --out-dir "$tmp/l4"
+  cp "$tmp/l4/loss_curve.svg" "$out/transformer/loss_curve_4_blocks.svg"
+  # Chapter 16: the same program on 2 ranks with DDP; each rank's train.log, drawn by mpp-plot.
+  log_name=transformer_ddp2 ranks 2 "$lab" --ddp --epochs 2 --out-dir "$tmp/ddp2"
+  log_name=transformer_ddp2_plot run "$(binary tools/docs/mpp-plot)" --x 1 --y 2 \
+    --title "Lab 14 with --ddp on 2 ranks: each rank's loss on its own half of each batch" \
+    --subtitle "logs/rank_<r>/train.log, every 5 steps; the same model on both ranks, different data" \
+    --x-label "optimizer step" --y-label "cross-entropy (nats per character)" \
+    "$tmp/ddp2/logs/rank_0/train.log=rank 0" "$tmp/ddp2/logs/rank_1/train.log=rank 1" \
+    --svg "$out/transformer/ddp2_rank_losses.svg"
+fi
+
+echo "figures: written under docs/figures/ (check them with tools/docs/mpp-docs check)"
