@@ -180,9 +180,10 @@ TEST_CASE("store: garbage on its port closes that connection only") {
       "abc",
       12);
   std::string hello;  // a valid greeting, then an unknown opcode / a truncated string field
-  mpp::detail::store_wire::put_u32(hello, 1 + 4 + mpp::detail::store_wire::magic.size());
+  mpp::detail::store_wire::put_u32(hello, 1 + 4 + mpp::detail::store_wire::magic.size() + 4);
   hello.push_back(1);
   mpp::detail::store_wire::put_str(hello, mpp::detail::store_wire::magic);
+  mpp::detail::store_wire::put_str(hello, "");  // the session
   std::string bad_op = hello;
   mpp::detail::store_wire::put_u32(bad_op, 1);
   bad_op.push_back(static_cast<char>(99));
@@ -280,6 +281,36 @@ TEST_CASE("store: clear errors when nothing or something else answers, or the st
            e.kind() == mpp::StoreError::Kind::unreachable));
   }
   CHECK(ms_since(start) < 1'000);
+}
+
+TEST_CASE("store: a client never meets the store of another session (an earlier attempt)") {
+  auto old_attempt = mpp::RendezvousStore::serve("127.0.0.1", 0, 5s, "attempt 0");
+  const int port = old_attempt->port();
+  old_attempt->set("mpp/join/1", bytes("1"));
+  // Another session is "not there yet": refused until the deadline, saying why.
+  auto start = Clock::now();
+  try {
+    mpp::RendezvousStore late("127.0.0.1", port, 400ms, "attempt 1");
+    FAIL("met the store of another session");
+  } catch (const mpp::StoreError& e) {
+    CHECK(e.kind() == mpp::StoreError::Kind::unreachable);
+    CHECK(std::string(e.what()).find("another session ('attempt 0'") != std::string::npos);
+  }
+  CHECK(ms_since(start) < 2'000);
+  // The old attempt's store goes away and the new one serves on the same port: a client that
+  // started connecting while the old one was still there meets the new one.
+  std::thread restart([&] {
+    std::this_thread::sleep_for(300ms);
+    old_attempt.reset();
+    auto fresh = mpp::RendezvousStore::serve("127.0.0.1", port, 5s, "attempt 1");
+    fresh->set("ready", bytes("1"));
+    fresh->wait({"done"}, 5s);
+  });
+  mpp::RendezvousStore client("127.0.0.1", port, 5s, "attempt 1");
+  client.wait({"ready"}, 5s);
+  CHECK_FALSE(client.check({"mpp/join/1"}));  // nothing of the old attempt
+  client.set("done", bytes("1"));
+  restart.join();
 }
 
 // Rank 0 serves on MASTER_PORT; every rank counts itself in, elects one leader by compareSet and

@@ -291,6 +291,11 @@ inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env,
   const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
                                  deadline - std::chrono::steady_clock::now()),
                              std::chrono::milliseconds(1));
+  // A restarted job meets on the same port, possibly while the previous attempt's rank 0 still
+  // serves there: the attempt (exported by mpprun and torchrun) tells the two stores apart.
+  const char* attempt_count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const std::string session =
+      std::string("attempt ") + (attempt_count != nullptr && *attempt_count ? attempt_count : "0");
   c10::intrusive_ptr<c10d::Store> store;
   if (torchrun_agent_store()) {
     // Every rank is a client of the agent's store; keys live under the attempt's prefix (the
@@ -316,7 +321,7 @@ inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env,
   } else if (env.rank == 0) {
     const std::string bind = store_bind_address(env);
     try {
-      store = RendezvousStore::serve(bind, env.master_port, left);
+      store = RendezvousStore::serve(bind, env.master_port, left, session);
     } catch (const StoreError& e) {
       throw CommError(
           "init", -1,
@@ -332,7 +337,7 @@ inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env,
     const bool local = env.single_host() || is_loopback_address(env.master_addr);
     try {
       store = c10::make_intrusive<RendezvousStore>(local ? "127.0.0.1" : env.master_addr,
-                                                   env.master_port, left);
+                                                   env.master_port, left, session);
     } catch (const StoreError& e) {
       if (e.kind() == StoreError::Kind::not_a_store)
         throw CommTimeout("init", 0, options.init_timeout,

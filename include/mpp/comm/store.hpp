@@ -15,11 +15,16 @@
 // Protocol, every integer little-endian:
 //   frame    = u32 length, then `length` bytes: u8 opcode, then the fields of the opcode
 //   string   = u32 length, then the bytes            int64 = 8 bytes
-//   requests : hello(magic) set(key, value) get(key) add(key, int64) compare_set(key, old, new)
+//   requests : hello(magic, session) set(key, value) get(key) add(key, int64)
+//              compare_set(key, old, new)
 //              check(n, keys...) wait(n, keys...) delete(key) num_keys()
 //   replies  : the same framing; hello echoes the magic, get/compare_set return a value,
 //              add/num_keys an int64, check/delete one byte, set/wait an empty frame.
-// The first frame of a connection must be `hello` with the magic; get and wait are answered only
+// The first frame of a connection must be `hello` with the magic and the session the client
+// belongs to (e.g. the attempt of a restarted job); a server of another session answers with its
+// own session and no more, so that a rank never meets the still-running store of an earlier
+// attempt (the client retries until that one is gone and the new one serves). get and wait are
+// answered only
 // once their keys exist (the client bounds its own wait and drops the connection on expiry, so a
 // late answer can never be mistaken for the reply to a later request).
 #include <arpa/inet.h>
@@ -160,7 +165,8 @@ class StoreServer {
  public:
   /// Listens on `address`:`port` (port 0: a free one, see port()). Throws StoreError
   /// (cannot_serve) naming the address and the system's reason.
-  StoreServer(const std::string& address, int port) {
+  StoreServer(const std::string& address, int port, std::string session = {})
+      : session_(std::move(session)) {
     using namespace detail::store_wire;
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -318,9 +324,8 @@ class StoreServer {
     using namespace detail::store_wire;
     while (!c.closing && !c.discarding && c.waiting_op == 0 && c.in.size() >= 4) {
       const std::uint32_t length = get_u32(c.in.data());
-      const std::uint32_t hello_length =
-          static_cast<std::uint32_t>(1 + 4 + magic.size());  // opcode + string
-      if (length == 0 || length > max_frame || (!c.greeted && length != hello_length)) {
+      constexpr std::uint32_t max_hello = 1024;
+      if (length == 0 || length > max_frame || (!c.greeted && length > max_hello)) {
         reject(c);
         return;
       }
@@ -343,8 +348,17 @@ class StoreServer {
     const std::uint8_t op = r.u8();
     if (!c.greeted) {
       if (op != hello || r.str() != magic) throw Reader::Malformed{};
-      c.greeted = true;
+      const auto session = r.str();
+      if (!r.data.empty()) throw Reader::Malformed{};
       std::string body;
+      if (session != session_) {
+        put_str(body, std::string(magic) + " session " + session_);
+        c.out += frame(body);
+        flush(c);
+        reject(c);
+        return;
+      }
+      c.greeted = true;
       put_str(body, magic);
       c.out += frame(body);
       return;
@@ -489,6 +503,7 @@ class StoreServer {
   int listen_fd_ = -1;
   int port_ = 0;
   std::string address_;
+  std::string session_;
   int wake_[2] = {-1, -1};
   std::list<Connection> connections_;  // a list: wake_waiters() touches others while one is handled
   std::unordered_map<std::string, std::vector<std::uint8_t>> map_;
@@ -503,17 +518,21 @@ class RendezvousStore final : public c10d::Store {
   /// up yet). `timeout` is also the default bound of get() and wait(). Throws StoreError:
   /// unreachable (nothing accepted in time) or not_a_store (something accepted but did not
   /// answer like this store).
-  RendezvousStore(std::string host, int port, std::chrono::milliseconds timeout)
-      : c10d::Store(timeout), host_(std::move(host)), port_(port) {
+  /// `session` names what the client belongs to (e.g. the attempt of a restarted job): a server
+  /// of another session is treated as not there yet.
+  RendezvousStore(std::string host, int port, std::chrono::milliseconds timeout,
+                  std::string session = {})
+      : c10d::Store(timeout), host_(std::move(host)), port_(port), session_(std::move(session)) {
     std::lock_guard<std::mutex> lock(mutex_);
     connect(detail::store_wire::Clock::now() + timeout, /*retry=*/true);
   }
 
   /// Serves a store on `address`:`port` in this process (port 0: a free one) and connects to it.
   static c10::intrusive_ptr<RendezvousStore> serve(const std::string& address, int port,
-                                                   std::chrono::milliseconds timeout) {
-    auto server = std::make_shared<StoreServer>(address, port);
-    auto store = c10::make_intrusive<RendezvousStore>(address, server->port(), timeout);
+                                                   std::chrono::milliseconds timeout,
+                                                   const std::string& session = {}) {
+    auto server = std::make_shared<StoreServer>(address, port, session);
+    auto store = c10::make_intrusive<RendezvousStore>(address, server->port(), timeout, session);
     store->server_ = std::move(server);
     return store;
   }
@@ -643,43 +662,63 @@ class RendezvousStore final : public c10d::Store {
     fd_ = -1;
   }
 
-  /// Opens the connection and exchanges the greeting. With `retry`, refused or unreachable
-  /// attempts are repeated until the deadline (the server may still be starting).
-  void connect(Clock::time_point deadline, bool retry) {
+  enum class Greeting { ok, retry, not_a_store };
+
+  /// Sends the greeting on a fresh connection. A server of another session, or one that hangs
+  /// up, is being replaced (retry); anything else that is not this store's answer is not a store.
+  Greeting greet(Clock::time_point deadline, std::string& reason) {
     using namespace detail::store_wire;
+    std::string body(1, static_cast<char>(Op::hello));
+    put_str(body, magic);
+    put_str(body, session_);
+    std::string reply;
+    try {
+      reply = exchange(body, deadline, "hello");
+    } catch (const StoreError& e) {
+      reason = e.what();
+      return e.kind() == StoreError::Kind::lost ? Greeting::retry : Greeting::not_a_store;
+    }
+    Reader r{reply};
+    std::string_view answer;
+    try {
+      answer = r.str();
+    } catch (const Reader::Malformed&) {
+      reason = "a different program or version?";
+      return Greeting::not_a_store;
+    }
+    const std::string other = std::string(magic) + " session ";
+    if (answer == magic && r.data.empty()) return Greeting::ok;
+    if (answer.substr(0, other.size()) == other) {
+      reason = "it serves another session ('" + std::string(answer.substr(other.size())) +
+               "'; this one is '" + session_ + "'), e.g. an earlier attempt of a restarted job";
+      return Greeting::retry;
+    }
+    reason = "a different program or version?";
+    return Greeting::not_a_store;
+  }
+
+  /// Opens the connection and exchanges the greeting. With `retry`, refused or unreachable
+  /// attempts, and servers of another session, are retried until the deadline (the server may
+  /// still be starting, or replacing the one of an earlier attempt).
+  void connect(Clock::time_point deadline, bool retry) {
     std::string reason = "no attempt";
     auto pause = std::chrono::milliseconds(10);
     for (;;) {
-      if (try_connect(deadline, reason)) break;
+      if (try_connect(deadline, reason)) {
+        const Greeting greeting = greet(deadline, reason);
+        if (greeting == Greeting::ok) return;
+        drop();
+        if (greeting == Greeting::not_a_store)
+          throw StoreError(StoreError::Kind::not_a_store,
+                           "mpp: something answers on " + where() +
+                               " but not as mpp's rendezvous store (" + reason + ")");
+      }
       if (!retry || Clock::now() + pause >= deadline)
         throw StoreError(
             StoreError::Kind::unreachable,
             "mpp: cannot connect to the rendezvous store at " + where() + ": " + reason);
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(200));
-    }
-    std::string body(1, static_cast<char>(Op::hello));
-    put_str(body, magic);
-    std::string reply;
-    try {
-      reply = exchange(body, deadline, "hello");
-    } catch (const StoreError& e) {
-      drop();
-      throw StoreError(StoreError::Kind::not_a_store, "mpp: something answers on " + where() +
-                                                          " but not as mpp's rendezvous store (" +
-                                                          e.what() + ")");
-    }
-    Reader r{reply};
-    bool ok = false;
-    try {
-      ok = r.str() == magic && r.data.empty();
-    } catch (const Reader::Malformed&) {
-    }
-    if (!ok) {
-      drop();
-      throw StoreError(StoreError::Kind::not_a_store,
-                       "mpp: something answers on " + where() +
-                           " but not as mpp's rendezvous store (a different program or version?)");
     }
   }
 
@@ -808,6 +847,7 @@ class RendezvousStore final : public c10d::Store {
 
   std::string host_;
   int port_;
+  std::string session_;
   int fd_ = -1;
   std::mutex mutex_;
   std::shared_ptr<StoreServer> server_;
