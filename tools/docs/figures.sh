@@ -53,6 +53,7 @@ if wanted schedules; then
   # measured runs on 2 ranks in chapters 06-10).
   sched=$(binary tools/mpp-schedule/mpp-schedule)
   log_name=schedules run sh docs/figures/schedules/generate.sh "$sched"
+  mkdir -p "$out/design"
   log_name=design_gpipe run "$sched" gpipe -p 4 -m 8 --comm blocking -q --svg "$out/design/gpipe_p4_m8_blocking.svg"
   log_name=design_1f1b run "$sched" 1f1b -p 4 -m 8 --comm blocking -q --svg "$out/design/1f1b_p4_m8_blocking.svg"
   mkdir -p "$out/pipeline"
