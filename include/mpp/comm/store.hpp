@@ -74,7 +74,7 @@ class StoreError : public std::runtime_error {
 
 namespace detail::store_wire {
 
-enum Op : std::uint8_t {
+enum StoreOp : std::uint8_t {
   hello = 1,
   set = 2,
   get = 3,
@@ -550,7 +550,7 @@ class RendezvousStore final : public c10d::Store {
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     using namespace detail::store_wire;
-    std::string body(1, static_cast<char>(Op::set));
+    std::string body(1, static_cast<char>(StoreOp::set));
     put_str(body, key);
     put_bytes(body, value.data(), value.size());
     request(body, "set('" + key + "')", timeout_);
@@ -558,7 +558,7 @@ class RendezvousStore final : public c10d::Store {
 
   std::vector<uint8_t> get(const std::string& key) override {
     using namespace detail::store_wire;
-    std::string body(1, static_cast<char>(Op::get));
+    std::string body(1, static_cast<char>(StoreOp::get));
     put_str(body, key);
     const auto reply = request(body, "get('" + key + "')", timeout_);
     Reader r{reply};
@@ -567,7 +567,7 @@ class RendezvousStore final : public c10d::Store {
 
   int64_t add(const std::string& key, int64_t value) override {
     using namespace detail::store_wire;
-    std::string body(1, static_cast<char>(Op::add));
+    std::string body(1, static_cast<char>(StoreOp::add));
     put_str(body, key);
     put_i64(body, value);
     auto reply = request(body, "add('" + key + "')", timeout_);
@@ -582,7 +582,7 @@ class RendezvousStore final : public c10d::Store {
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& current,
                                   const std::vector<uint8_t>& desired) override {
     using namespace detail::store_wire;
-    std::string body(1, static_cast<char>(Op::compare_set));
+    std::string body(1, static_cast<char>(StoreOp::compare_set));
     put_str(body, key);
     put_bytes(body, current.data(), current.size());
     put_bytes(body, desired.data(), desired.size());
@@ -593,14 +593,14 @@ class RendezvousStore final : public c10d::Store {
 
   bool deleteKey(const std::string& key) override {
     using namespace detail::store_wire;
-    std::string body(1, static_cast<char>(Op::erase));
+    std::string body(1, static_cast<char>(StoreOp::erase));
     put_str(body, key);
     return flag(request(body, "deleteKey('" + key + "')", timeout_), "deleteKey");
   }
 
   bool check(const std::vector<std::string>& keys) override {
     using namespace detail::store_wire;
-    std::string body(1, static_cast<char>(Op::check));
+    std::string body(1, static_cast<char>(StoreOp::check));
     put_u32(body, static_cast<std::uint32_t>(keys.size()));
     for (const auto& k : keys) put_str(body, k);
     return flag(request(body, "check", timeout_), "check");
@@ -608,7 +608,7 @@ class RendezvousStore final : public c10d::Store {
 
   int64_t getNumKeys() override {
     using namespace detail::store_wire;
-    std::string body(1, static_cast<char>(Op::num_keys));
+    std::string body(1, static_cast<char>(StoreOp::num_keys));
     auto reply = request(body, "getNumKeys", timeout_);
     Reader r{reply};
     try {
@@ -623,7 +623,7 @@ class RendezvousStore final : public c10d::Store {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     using namespace detail::store_wire;
-    std::string body(1, static_cast<char>(Op::wait));
+    std::string body(1, static_cast<char>(StoreOp::wait));
     put_u32(body, static_cast<std::uint32_t>(keys.size()));
     std::string what = "wait(";
     for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -668,7 +668,7 @@ class RendezvousStore final : public c10d::Store {
   /// up, is being replaced (retry); anything else that is not this store's answer is not a store.
   Greeting greet(Clock::time_point deadline, std::string& reason) {
     using namespace detail::store_wire;
-    std::string body(1, static_cast<char>(Op::hello));
+    std::string body(1, static_cast<char>(StoreOp::hello));
     put_str(body, magic);
     put_str(body, session_);
     std::string reply;
