@@ -79,6 +79,8 @@ void library(benchmark::State& state, const Config& c) {
     state.counters["bubble"] = report->figures.bubble;
     state.counters["bubble_pred_unit"] = report->predicted_unit.bubble_fraction();
     state.counters["bubble_pred_meas"] = report->predicted_measured.bubble_fraction();
+    state.counters["bubble_pred_lat"] = report->predicted_latency.bubble_fraction();
+    state.counters["msg_latency_us"] = report->figures.message_latency_us;
     state.counters["peak_act_MiB_r0"] =
         static_cast<double>(report->figures.peak_activation_bytes[0]) / (1 << 20);
   }

@@ -19,6 +19,10 @@
 // For the fault lab: --ckpt-dir/--ckpt-every write a checkpoint per rank and resume from the
 // latest complete one at start; --fault kill|stall makes one rank die by SIGKILL (or sleep)
 // inside the backward pass of one step, to watch the others stop within MPP_TIMEOUT_S.
+//
+// --svg FILE (pipeline mode) draws the last step as every rank measured it, gathered on rank 0,
+// with each rank's node in the title: across two nodes, the transfers between stage 1 and
+// stage 2 are the ones that cross the link.
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
@@ -28,6 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -37,6 +42,7 @@
 #include "mpp/models/mlp.hpp"
 #include "mpp/partition/uniform.hpp"
 #include "mpp/pipeline/pipeline.hpp"
+#include "mpp/pipeline/report.hpp"
 #include "mpp/schedule/policies.hpp"
 #include "mpp/util/blas.hpp"
 
@@ -59,6 +65,7 @@ struct Settings {
   std::string fault_once;
   double stall_seconds = 3600;
   int step_ms = 0;
+  std::string svg;  // pipeline mode: the last step's measured timeline
 };
 
 void say(const std::string& line) {
@@ -216,8 +223,54 @@ int train_ddp(const Settings& s, const mpp::ProcessGroup& world) {
       });
 }
 
+/// "ranks 0-1 on node 0, ranks 2-3 on node 1": where each rank ran, as the ranks themselves
+/// report it (a collective: every rank adds its node number at its own index).
+std::string placement(const mpp::ProcessGroup& world, int node_rank) {
+  auto nodes = torch::zeros({world.size()}, torch::kInt64);
+  nodes[world.rank()] = node_rank;
+  world.all_reduce(nodes);
+  std::ostringstream out;
+  for (int first = 0; first < world.size();) {
+    const auto node = nodes[first].item<std::int64_t>();
+    int last = first;
+    while (last + 1 < world.size() && nodes[last + 1].item<std::int64_t>() == node) ++last;
+    if (first > 0) out << ", ";
+    if (first == last)
+      out << "rank " << first;
+    else
+      out << "ranks " << first << '-' << last;
+    out << " on node " << node;
+    first = last + 1;
+  }
+  return out.str();
+}
+
+/// Draws the last pipeline step as every rank measured it (gathered on rank 0) with the library's
+/// timeline renderer: compute boxes, and in grey the sends and the time blocked on a receive.
+template <class Pipe>
+void write_timeline(const Settings& s, const mpp::ProcessGroup& world, const Pipe& pipe,
+                    int node_rank) {
+  const std::string where = placement(world, node_rank);
+  const auto report = mpp::report_last_step(pipe);  // every rank takes part; rank 0 gets it
+  if (!report) return;
+  mpp::SvgOptions svg;
+  svg.title = "Lab 15 pipeline on " + std::to_string(report->figures.ranks) + " ranks (" + where +
+              "): the last step as measured (microseconds)";
+  char subtitle[256];
+  std::snprintf(subtitle, sizeof subtitle,
+                "%s; step %.1f ms, bubble %.1f%%; %d x Linear(%lld), batch %lld, one thread per "
+                "rank, 2 shared cores",
+                Pipe::name().c_str(), report->figures.step_us / 1e3, 100.0 * report->figures.bubble,
+                s.layers, static_cast<long long>(s.hidden), static_cast<long long>(s.batch));
+  svg.subtitle = subtitle;
+  std::ofstream out(s.svg);
+  out << mpp::trace::svg_timeline(report->traces, svg);
+  if (!out) throw std::runtime_error("mpp-job: cannot write the timeline to '" + s.svg + "'");
+  say("timeline of the last step (" + where + ") drawn in " + s.svg);
+}
+
 /// Pipeline parallel: one stage per rank (4 ranks), 1F1B over 4 micro-batches.
-int train_pipeline(const Settings& s, const mpp::ProcessGroup& world) {
+int train_pipeline(const Settings& s, const mpp::ProcessGroup& world, int node_rank) {
   using Pipe = mpp::Pipeline<mpp::Uniform<4>, mpp::OneFOneB<4>, mpp::Async<mpp::Gloo>>;
   Pipe pipe(world, mpp::MlpModel{{s.hidden, s.layers, 42}});
   torch::nn::Sequential stage = pipe.pieces().front().module;  // shares the stage's layers
@@ -226,11 +279,15 @@ int train_pipeline(const Settings& s, const mpp::ProcessGroup& world) {
   auto mse = [](const at::Tensor& out, const at::Tensor& target) {
     return torch::mse_loss(out, target);
   };
-  return train(s, world, *stage, optimizer, fault,
-               [&](const torch::Tensor& x, const torch::Tensor& y) {
-                 return pipe.train_step(pipe.is_first() ? x : torch::Tensor(),
-                                        pipe.is_last() ? y : torch::Tensor(), mse);
-               });
+  int stepped = 0;  // the same on every rank: they resume from the same checkpoint
+  const int rc = train(s, world, *stage, optimizer, fault,
+                       [&](const torch::Tensor& x, const torch::Tensor& y) {
+                         ++stepped;
+                         return pipe.train_step(pipe.is_first() ? x : torch::Tensor(),
+                                                pipe.is_last() ? y : torch::Tensor(), mse);
+                       });
+  if (!s.svg.empty() && stepped > 0) write_timeline(s, world, pipe, node_rank);
+  return rc;
 }
 
 }  // namespace
@@ -255,7 +312,13 @@ int main(int argc, char** argv) {
                  "fire only if this file does not exist (then create it)");
   app.add_option("--stall-seconds", s.stall_seconds, "how long a stalled rank sleeps");
   app.add_option("--step-ms", s.step_ms, "sleep before each step (to watch a run)");
+  app.add_option("--svg", s.svg, "pipeline mode: draw the last step's measured timeline here");
   CLI11_PARSE(app, argc, argv);
+  if (!s.svg.empty() && s.mode != "pipeline") {
+    std::fprintf(stderr,
+                 "mpp-job: --svg draws a pipeline step's timeline; use it with --mode pipeline\n");
+    return 2;
+  }
 
   torch::set_num_threads(1);
   try {
@@ -267,7 +330,7 @@ int main(int argc, char** argv) {
         env.master_addr + ":" + std::to_string(env.master_port));
     if (env.rank == 0) mpp::util::print_blas_report(1);
     if (s.mode == "ddp") return train_ddp(s, world);
-    return train_pipeline(s, world);
+    return train_pipeline(s, world, env.node_rank);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

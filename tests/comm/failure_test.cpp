@@ -266,3 +266,86 @@ TEST_CASE("comm: the store outlives the deadlines") {
   auto world = mpp::test::run_world(2, "comm_store_idle", with_deadlines("5", "1"));
   CHECK_MESSAGE(world.ok(), world.report());
 }
+
+// ---- a rank that leaves right after connecting ------------------------------------------------
+// A member that is slow to finish connecting (here: rank 1 completes its side of the group 1.5 s
+// after Gloo's part is done) must not be left behind: no member may return from init (or from
+// new_group) before every member has connected, or a fast member that then exits, or drops the
+// group, breaks the slow one's connection ("Connection closed by peer"). Rank 0 leaves as soon
+// as it has the group; it must have returned only after rank 1 had connected.
+namespace {
+
+struct SlowToConnect {
+  static constexpr std::string_view name = "SlowToConnect";
+};
+
+long long epoch_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Parses "<label><n>" from a rank's output; -1 if absent.
+long long printed_after(const std::string& output, const std::string& label) {
+  auto at = output.find(label);
+  return at == std::string::npos ? -1 : std::stoll(output.substr(at + label.size()));
+}
+
+}  // namespace
+
+template <>
+struct mpp::backend_traits<SlowToConnect> {
+  static std::shared_ptr<::gloo::transport::Device> device(const Environment& env,
+                                                           const CommOptions& options) {
+    return backend_traits<Gloo>::device(env, options);
+  }
+  static c10::intrusive_ptr<c10d::ProcessGroup> make(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      const std::shared_ptr<::gloo::transport::Device>& device, std::chrono::milliseconds timeout) {
+    auto pg = backend_traits<Gloo>::make(store, rank, size, device, timeout);
+    if (rank == 1) {
+      std::this_thread::sleep_for(1500ms);
+      std::printf("connected at %lld\n", epoch_ms());
+      std::fflush(stdout);
+    }
+    return pg;
+  }
+};
+
+// "init": rank 0 exits as soon as init returns. "new_group": every rank connects the world, then
+// rank 0 drops a new group of everyone as soon as it has it, and exits.
+MPP_TEST_WORKER("comm_early_exit") {
+  torch::set_num_threads(1);
+  const std::string where = argv[argc - 1];
+  auto world = mpp::init_process_group<SlowToConnect>();
+  if (where == "init") {
+    if (world.rank() == 0) std::printf("returned at %lld\n", epoch_ms());
+    return 0;  // rank 0 leaves at once
+  }
+  std::vector<int> everyone;
+  for (int r = 0; r < world.size(); ++r) everyone.push_back(r);
+  auto group = world.new_group(everyone);
+  if (world.rank() == 0) std::printf("returned at %lld\n", epoch_ms());
+  return 0;  // rank 0 drops the group and leaves at once
+}
+
+TEST_CASE("comm: no rank returns from init or new_group before every rank has connected") {
+  for (const char* where : {"init", "new_group"}) {
+    CAPTURE(where);
+    auto options = with_deadlines("30", "30");
+    options.stop_all_on_failure = false;
+    options.args = {where};
+    auto world = mpp::test::run_world(3, "comm_early_exit", options);
+    CHECK_MESSAGE(world.ok(), world.report());
+    const auto& slow = world.output(1);
+    // new_group: the last "connected" line is the new group's
+    const auto last = slow.rfind("connected at ");
+    const auto connected =
+        last == std::string::npos ? -1 : printed_after(slow.substr(last), "connected at ");
+    const auto returned = printed_after(world.output(0), "returned at ");
+    CAPTURE(world.report());
+    REQUIRE(connected > 0);
+    REQUIRE(returned > 0);
+    CHECK(returned >= connected);
+  }
+}

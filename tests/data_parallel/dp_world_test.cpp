@@ -270,6 +270,44 @@ MPP_TEST_WORKER("dp_unused") {
   return 1;
 }
 
+// A layer that only some ranks use: rank 1's loss skips layer `argv[-1]` ("first" or "last");
+// rank 0 uses every layer. argv[-2]: "async" or "blocking".
+MPP_TEST_WORKER("dp_unused_some") {
+  at::set_num_threads(1);
+  auto group = mpp::init_process_group();
+  torch::nn::Sequential model;
+  for (int i = 0; i < 3; ++i) model->push_back(torch::nn::Linear(8, 8));
+  const std::string skip = argv[argc - 1];
+  auto step = [&](auto& ddp) {
+    auto x = torch::ones({2, 8});
+    for (int i = 0; i < 3; ++i) {
+      const bool skipped =
+          group.rank() == 1 && ((skip == "first" && i == 0) || (skip == "last" && i == 2));
+      if (!skipped) x = (*model)[static_cast<std::size_t>(i)]->as<torch::nn::Linear>()->forward(x);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      x.sum().backward();
+    } catch (const std::exception& e) {
+      std::printf("unused after %lld ms: %s\n",
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count()),
+                  e.what());
+      (void)ddp;
+      return 0;
+    }
+    return 1;
+  };
+  // One bucket per parameter: the missing ones sit at the start or the end of the launch order.
+  if (std::string(argv[argc - 2]) == "blocking") {
+    mpp::DDP<mpp::Blocking<mpp::Gloo>> ddp(*model, group, {.bucket_bytes = 100});
+    return step(ddp);
+  }
+  mpp::DDP<> ddp(*model, group, {.bucket_bytes = 100});
+  return step(ddp);
+}
+
 MPP_TEST_WORKER("dp_mesh") {
   at::set_num_threads(1);
   auto group = mpp::init_process_group();
@@ -363,6 +401,29 @@ TEST_CASE("DDP reports a parameter that never got a gradient by name instead of 
   REQUIRE_MESSAGE(world.ok(), world.report());
   for (int r = 0; r < 2; ++r)
     CHECK(world.output(r).find("'1.weight', '1.bias' got no gradient") != std::string::npos);
+}
+
+TEST_CASE("DDP: a parameter unused on some ranks only is named on every rank, at once") {
+  for (const char* policy : {"async", "blocking"})
+    for (const char* skip : {"first", "last"}) {
+      CAPTURE(policy);
+      CAPTURE(skip);
+      auto options = bounded(60, {policy, skip});
+      options.env = {{"MPP_TIMEOUT_S", "30"}};  // a hang would show as ~30 s, then a timeout
+      auto world = mpp::test::run_world(2, "dp_unused_some", options);
+      REQUIRE_MESSAGE(world.ok(), world.report());
+      const std::string layer = std::string(skip) == "first" ? "0" : "2";
+      for (int r = 0; r < 2; ++r) {
+        const auto& out = world.output(r);
+        CAPTURE(out);
+        CHECK(out.find("'" + layer + ".weight', '" + layer + ".bias' got no gradient") !=
+              std::string::npos);
+        CHECK(out.find("on rank(s) [1] of the DDP group") != std::string::npos);
+        const auto at = out.find("unused after ");
+        REQUIRE(at != std::string::npos);
+        CHECK(std::stoll(out.substr(at + 13)) < 5'000);
+      }
+    }
 }
 
 TEST_CASE(

@@ -20,12 +20,14 @@ grep -aq 'mpp-job: step 1 ' "$work/out" || { cat "$work/out"; fail "the job did 
 listen=$(ss -Htln "sport = :$port" | awk '{print $4}' | tr '\n' ' ')
 echo "store on port $port listens on: $listen"
 step "garbage to the store"
+# The store may hang up on garbage before all of it is written: a failed write is not a failure.
+trap '' PIPE
 for payload in random huge-length zeros; do
   exec 3<>"/dev/tcp/127.0.0.1/$port" || fail "cannot connect to the store port"
   case $payload in
-    random) head -c 4096 /dev/urandom >&3 ;;
-    huge-length) printf '\x00\xff\xff\xff\xff\xff\xff\xff\x3fabc' >&3 ;;
-    zeros) head -c 65536 /dev/zero >&3 ;;
+    random) head -c 4096 /dev/urandom >&3 || true ;;
+    huge-length) printf '\x00\xff\xff\xff\xff\xff\xff\xff\x3fabc' >&3 || true ;;
+    zeros) head -c 65536 /dev/zero >&3 || true ;;
   esac
   exec 3>&- 3<&-
 done
@@ -43,5 +45,5 @@ else
   if grep -qi 'loopback' <<<"$help" && [[ "$listen" != *127.* ]]; then
     echo "NOTE: mpprun --help speaks of loopback, but the store listens on $listen"
   fi
-  echo "NOTE: store bind address not asserted ($listen); LibTorch 1.13's TCPStore listens on every interface"
+  echo "NOTE: store bind address not asserted here ($listen); multinode.security_store_loopback does"
 fi

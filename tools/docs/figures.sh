@@ -22,7 +22,8 @@ while (($#)); do
     --list)
       echo "targets: mpprun mpp-schedule monolith pingpong memory_wall naive_pipeline gpipe one_f_one_b"
       echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer mpp-plot"
-      echo "figures: schedules pipeline monolith pingpong memory_wall data_parallel transformer"
+      echo "         lab15_multinode"
+      echo "figures: schedules pipeline monolith pingpong memory_wall data_parallel transformer multinode"
       exit 0 ;;
     -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "figures: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -120,6 +121,85 @@ if wanted transformer; then
     --x-label "optimizer step" --y-label "cross-entropy (nats per character)" \
     "$tmp/ddp2/logs/rank_0/train.log=rank 0" "$tmp/ddp2/logs/rank_1/train.log=rank 1" \
     --svg "$out/transformer/ddp2_rank_losses.svg"
+fi
+
+if wanted multinode; then
+  # Chapter 17: lab 15's 4-rank job across two network namespaces joined by a veth pair
+  # (scripts/netns, needs root), 2 ranks in each, next to the same job on one host over loopback:
+  # the loss per step of both, for DDP and for the pipeline (the chapter's model: 4 x Linear(64),
+  # batch 32), and one pipeline step as the ranks measured it, with hidden 512 and batch 64 as in
+  # the pipeline chapters so that compute shows next to the transfers. Skipped, with the reason,
+  # where namespaces cannot be created.
+  if ! why=$("$root/scripts/netns" check 2>&1); then
+    echo "figures: SKIP multinode: ${why#netns: SKIP: } (the other groups are not affected)" >&2
+  else
+    mkdir -p "$out/17-cluster"
+    mn=$(mktemp -d)
+    prefix="mpfig$$"; prefix=${prefix:0:10}
+    trap 'rm -rf "$mn" ${tmp:+"$tmp"}; "$root/scripts/netns" down "$prefix" >/dev/null 2>&1 || true' EXIT
+    "$root/scripts/netns" up "$prefix" >/dev/null
+    master=$("$root/scripts/netns" addr "$prefix" 0)
+    lab=$(binary examples/15_multinode/lab15_multinode)
+    mpprun=$(binary tools/mpprun/mpprun)
+    plot=$(binary tools/docs/mpp-plot)
+    port() {  # a TCP port nobody on this host listens on now
+      local p
+      for _ in $(seq 1 50); do
+        p=$((20000 + RANDOM % 20000))
+        ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+      done
+      echo "figures: no free TCP port found" >&2; exit 1
+    }
+    veth() {  # bytes node0's end of the veth has sent (tx) or received (rx) so far
+      ip -n "${prefix}0" -s -j link show "${prefix}v0" | sed "s/.*\"$1\":{\"bytes\":\([0-9]*\).*/\1/"
+    }
+    losses() {  # "step loss" columns from what rank 0 printed
+      grep -ao 'mpp-job: step [0-9]* loss [-0-9.eE+]*' "$1" | awk '{print $3, $5}'
+    }
+    two_nodes() {  # two_nodes NAME JOB-ARGS...: node1 in the background, node0 here; NAME.node<i>.log
+      local name=$1 p rc=0 node1; shift
+      p=$(port)
+      echo "+ two namespaces, node0 $master and node1 $("$root/scripts/netns" addr "$prefix" 1), 2 ranks each: $lab $*" >&2
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$root/scripts/netns" exec "$prefix" 1 \
+        timeout --kill-after=5 300 "$mpprun" --nnodes 2 --node-rank 1 --nproc-per-node 2 \
+        --master-addr "$master" --master-port "$p" --log-dir "" "$lab" "$@" >"$logs/$name.node1.log" 2>&1 &
+      node1=$!
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$root/scripts/netns" exec "$prefix" 0 \
+        timeout --kill-after=5 300 "$mpprun" --nnodes 2 --node-rank 0 --nproc-per-node 2 \
+        --master-addr "$master" --master-port "$p" --log-dir "" "$lab" "$@" >"$logs/$name.node0.log" 2>&1 || rc=$?
+      wait "$node1" || rc=$?
+      ((rc == 0)) || { tail -n 30 "$logs/$name.node0.log" "$logs/$name.node1.log" >&2
+                       echo "figures: the two-namespace run $name failed" >&2; exit 1; }
+    }
+    final() { grep -ao 'mpp-job: final loss [-0-9.eE+naninf]*' "$1" | tail -n1 | awk '{print $4}'; }
+    steps=20
+    for mode in ddp pipeline; do
+      args=(--mode "$mode" --steps "$steps")
+      log_name=multinode_${mode}_one_host ranks 4 --master-port "$(port)" "$lab" "${args[@]}" >"$mn/one_host.out"
+      tx=$(veth tx); rx=$(veth rx)
+      two_nodes "multinode_${mode}" "${args[@]}"
+      sent=$(($(veth tx) - tx)); received=$(($(veth rx) - rx))
+      losses "$mn/one_host.out" >"$mn/one_host.txt"
+      losses "$logs/multinode_${mode}.node0.log" >"$mn/two_nodes.txt"
+      one=$(final "$mn/one_host.out"); two=$(final "$logs/multinode_${mode}.node0.log")
+      if cmp -s "$mn/one_host.txt" "$mn/two_nodes.txt" && [[ -n $one && $one == "$two" ]]; then
+        same="equal at every step (one host drawn under two namespaces)"
+      else
+        same="the losses differ"
+      fi
+      echo "figures: $mode: final loss two namespaces $two, one host $one; $same; veth node0 sent $sent B, received $received B in $steps steps" |
+        tee -a "$logs/multinode_${mode}.node0.log" >&2
+      name=$([[ $mode == ddp ]] && echo "DDP" || echo "pipeline, 1F1B")
+      log_name=multinode_${mode}_plot run "$plot" --x 1 --y 2 \
+        --title "Lab 15 ($name), 4 ranks: two namespaces against one host" \
+        --subtitle "$same; veth: $((sent / 1024)) KiB out of node0, $((received / 1024)) KiB in; 2 shared cores" \
+        --x-label "optimizer step" --y-label "MSE loss (rank 0)" \
+        "$mn/one_host.txt=one host, loopback" "$mn/two_nodes.txt=two namespaces over the veth" \
+        --svg "$out/17-cluster/netns_loss_$mode.svg"
+    done
+    two_nodes multinode_pipeline_timeline --mode pipeline --steps 10 --hidden 512 --batch 64 \
+      --svg "$out/17-cluster/netns_measured_pipeline_1f1b_p4.svg"
+  fi
 fi
 
 echo "figures: written under docs/figures/ (check them with tools/docs/mpp-docs check)"

@@ -37,10 +37,12 @@ SIGKILL after the grace period (each rank's whole process group, so nothing is l
 mpprun names the rank and its code or signal and exits with that code (128 + signal when killed).
 Exit 124 when --timeout expires, 130 on Ctrl-C (which stops all ranks).
 
-Security: as in PyTorch, the rendezvous store (c10d TCPStore, hosted by rank 0 on MASTER_PORT) is
-unauthenticated and, with LibTorch 1.13, listens on every interface of rank 0's host: run only on
-a trusted network or behind a firewall. Multi-node: start one mpprun per node with the same --nnodes, --master-addr and
---master-port and its own --node-rank.)";
+Security: the rendezvous store (served by rank 0 on MASTER_PORT) is unauthenticated, as in
+PyTorch: whoever reaches the port can read and write its keys. On one host it listens on
+127.0.0.1 only; across hosts on the one address of rank 0's host that reaches the peers (the
+interface of MASTER_ADDR), so run multi-node jobs only on a trusted network or behind a firewall.
+Multi-node: start one mpprun per node with the same --nnodes, --master-addr and --master-port and
+its own --node-rank.)";
 
 }  // namespace
 

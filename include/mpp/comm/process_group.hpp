@@ -1,9 +1,12 @@
 #pragma once
 // The process group: the ranks of a job (or of a sub-group of it) and the operations between
 // them. Create the job's group once per process with init_process_group(); it reads the
-// launcher's variables (see env.hpp), meets the other ranks through a c10d TCPStore served by
-// rank 0, then connects a Gloo group: over loopback when every rank shares this host, otherwise
-// over the interface that reaches MASTER_ADDR.
+// launcher's variables (see env.hpp), meets the other ranks through the rendezvous store served
+// by rank 0 (store.hpp: on 127.0.0.1 when every rank shares this host, otherwise on the address
+// that reaches the peers; under torchrun, its agent's store), then connects a Gloo group: over
+// loopback when every rank shares this host, otherwise over the interface that reaches
+// MASTER_ADDR. A group is returned only once every member has connected it, so a rank that
+// exits right after init (or drops a new group) cannot break a slower member's connection.
 //
 //   auto world = mpp::init_process_group();          // deadline: CommOptions::init_timeout
 //   if (world.rank() == 0) world.send(x, 1, /*tag=*/0);
@@ -35,6 +38,7 @@
 #include "mpp/comm/error.hpp"
 #include "mpp/comm/reduce_op.hpp"
 #include "mpp/comm/request.hpp"
+#include "mpp/comm/store.hpp"
 #include "mpp/comm/topology.hpp"
 
 namespace mpp {
@@ -55,6 +59,7 @@ struct GroupState {
   std::vector<int> global_ranks;  // global rank of each rank of this group
   int rank = -1;                  // this process's rank in the group; -1 if not a member
   int global_rank = -1;
+  int store_host = -1;  // global rank whose process serves the store; -1: served elsewhere
   CommOptions options;
   int children = 0;  // sub-groups created from this one (same sequence on every member)
 };
@@ -192,19 +197,67 @@ void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
   }
 }
 
-inline c10::intrusive_ptr<c10d::ProcessGroup> connect_group(const GroupState& g, int rank,
-                                                            int size) {
+/// Returns once every member of `g` has set `<prefix>/<phase>/<rank>`; past `deadline` throws a
+/// CommTimeout naming the members that did not.
+inline void store_barrier(const GroupState& g, std::string_view operation, const std::string& phase,
+                          std::chrono::steady_clock::time_point deadline,
+                          const std::vector<int>& members) {
+  const std::string base = g.prefix + "/" + phase + "/";
+  g.store->set(base + std::to_string(g.rank), std::vector<uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int r : members) keys.push_back(base + std::to_string(r));
+  wait_for_keys(*g.store, keys, deadline, [&](const std::vector<int>& missing) {
+    std::vector<int> who;
+    for (int i : missing)
+      who.push_back(g.global_ranks[static_cast<std::size_t>(members[static_cast<std::size_t>(i)])]);
+    return CommTimeout(std::string(operation), who.front(), g.options.init_timeout,
+                       "mpp: " + std::string(operation) + " of the group " +
+                           rank_list(g.global_ranks) + " on global rank " +
+                           std::to_string(g.global_rank) + ": global rank(s) " + rank_list(who) +
+                           " did not finish connecting within " +
+                           std::to_string(g.options.init_timeout.count()) +
+                           " ms; they exited, crashed or are stuck during start-up (look at "
+                           "their logs)");
+  });
+}
+
+/// Connects the backend's group, then waits until every member has connected too: Gloo lets a
+/// fast member finish while a slower one still completes its side of their connection, and if
+/// the fast one then exited (or dropped the group) the slow one would fail with "Connection
+/// closed by peer". The member that serves the store leaves last, once the others have seen the
+/// barrier complete, since they read it from the store.
+inline c10::intrusive_ptr<c10d::ProcessGroup> connect_group(
+    const GroupState& g, int rank, int size, std::chrono::steady_clock::time_point deadline,
+    std::string_view operation) {
   auto store = c10::make_intrusive<c10d::PrefixStore>(g.prefix, g.store);
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
   try {
-    return g.make(store, rank, size, g.device, g.options.timeout);
+    pg = g.make(store, rank, size, g.device, g.options.timeout);
   } catch (const std::exception& e) {
-    throw CommError("init", -1,
+    throw CommError(std::string(operation), -1,
                     "mpp: rank " + std::to_string(rank) + " could not connect the " +
                         std::string(g.backend) + " group " + rank_list(g.global_ranks) + ": " +
                         error_text(e) +
                         "; a peer may have exited during start-up, or the hosts cannot reach "
                         "each other (set MPP_SOCKET_IFNAME to the interface to use)");
   }
+  if (size == 1) return pg;
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  store_barrier(g, operation, "connected", deadline, everyone);
+  const auto host = std::find(g.global_ranks.begin(), g.global_ranks.end(), g.store_host);
+  if (host != g.global_ranks.end()) {
+    const int host_rank = static_cast<int>(host - g.global_ranks.begin());
+    if (rank == host_rank) {
+      std::vector<int> others;
+      for (int r = 0; r < size; ++r)
+        if (r != host_rank) others.push_back(r);
+      store_barrier(g, operation, "left", deadline, others);
+    } else {
+      g.store->set(g.prefix + "/left/" + std::to_string(rank), std::vector<uint8_t>{1});
+    }
+  }
+  return pg;
 }
 
 inline std::string launch_text(const Environment& env) {
@@ -214,45 +267,91 @@ inline std::string launch_text(const Environment& env) {
          std::to_string(env.world_size) + " <program>`";
 }
 
-/// Connects to (rank 0: serves) the job's TCPStore, then waits until every rank has announced
-/// itself there, so that a missing rank is named instead of surfacing as a Gloo timeout.
+/// Under torchrun the agent already serves a TCPStore on MASTER_PORT and says so.
+inline bool torchrun_agent_store() {
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  return agent != nullptr && std::string_view(agent) == "True";
+}
+
+/// Where rank 0's store listens: loopback when every rank shares this host (nothing else needs
+/// to reach it), otherwise the one local address that reaches the peers -- MASTER_ADDR's.
+inline std::string store_bind_address(const Environment& env) {
+  if (env.single_host() || is_loopback_address(env.master_addr)) return "127.0.0.1";
+  return local_address_towards(env.master_addr, env.master_port);
+}
+
+/// Connects to (rank 0: serves) the job's rendezvous store, then waits until every rank has
+/// announced itself there, so that a missing rank is named instead of surfacing as a Gloo
+/// timeout.
 inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env,
                                                   const CommOptions& options,
                                                   std::chrono::steady_clock::time_point deadline) {
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string launch = launch_text(env);
+  const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 deadline - std::chrono::steady_clock::now()),
+                             std::chrono::milliseconds(1));
+  // A restarted job meets on the same port, possibly while the previous attempt's rank 0 still
+  // serves there: the attempt (exported by mpprun and torchrun) tells the two stores apart.
+  const char* attempt_count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const std::string session =
+      std::string("attempt ") + (attempt_count != nullptr && *attempt_count ? attempt_count : "0");
   c10::intrusive_ptr<c10d::Store> store;
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(env.master_port);
-  // Under torchrun the agent already serves the store on MASTER_PORT and says so; then every
-  // rank is a client and keys live under the attempt's prefix (the agent's store outlives
-  // restarts), as PyTorch's own workers do.
-  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  const bool agent_store = agent != nullptr && std::string_view(agent) == "True";
-  store_options.isServer = env.rank == 0 && !agent_store;
-  store_options.numWorkers = env.world_size;
-  store_options.waitWorkers = false;  // we wait ourselves, to name who is missing
-  store_options.timeout = options.init_timeout;
-  try {
-    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-    if (agent_store) {
-      const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
-      store = c10::make_intrusive<c10d::PrefixStore>(
-          std::string("/worker/attempt_") + (attempt != nullptr && *attempt ? attempt : "0"), store);
+  if (torchrun_agent_store()) {
+    // Every rank is a client of the agent's store; keys live under the attempt's prefix (the
+    // agent's store outlives restarts), as PyTorch's own workers do.
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(env.master_port);
+    store_options.isServer = false;
+    store_options.numWorkers = env.world_size;
+    store_options.waitWorkers = false;  // we wait ourselves, to name who is missing
+    store_options.timeout = options.init_timeout;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    } catch (const std::exception& e) {
+      throw CommTimeout("init", 0, options.init_timeout,
+                        "mpp: rank " + std::to_string(env.rank) +
+                            " could not reach torchrun's rendezvous store at " + where +
+                            " within " + std::to_string(options.init_timeout.count()) +
+                            " ms [c10d: " + detail::error_text(e) + "]");
     }
-  } catch (const std::exception& e) {
-    if (store_options.isServer)
-      throw CommError("init", -1,
-                      "mpp: rank 0 could not serve the rendezvous store on port " +
-                          std::to_string(env.master_port) + ": " + detail::error_text(e) +
-                          "; the port may be taken: choose another MASTER_PORT (mpprun picks a "
-                          "free one)");
-    throw CommTimeout("init", 0, options.init_timeout,
-                      "mpp: rank " + std::to_string(env.rank) +
-                          " could not reach the rendezvous store of rank 0 at " + where +
-                          " within " + std::to_string(options.init_timeout.count()) +
-                          " ms (is rank 0 running?); " + launch +
-                          " [c10d: " + detail::error_text(e) + "]");
+    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    store = c10::make_intrusive<c10d::PrefixStore>(
+        std::string("/worker/attempt_") + (attempt != nullptr && *attempt ? attempt : "0"), store);
+  } else if (env.rank == 0) {
+    const std::string bind = store_bind_address(env);
+    try {
+      store = RendezvousStore::serve(bind, env.master_port, left, session);
+    } catch (const StoreError& e) {
+      throw CommError(
+          "init", -1,
+          "mpp: rank 0 could not serve the rendezvous store on port " +
+              std::to_string(env.master_port) + " of " + bind + ": " + e.what() +
+              (bind == "127.0.0.1" ? "; the port may be taken: choose another MASTER_PORT (mpprun "
+                                     "picks a free one)"
+                                   : "; the port may be taken (choose another MASTER_PORT), or "
+                                     "MASTER_ADDR is not an address of rank 0's host"));
+    }
+  } else {
+    // On one host the store listens on loopback only; reach it there whatever MASTER_ADDR says.
+    const bool local = env.single_host() || is_loopback_address(env.master_addr);
+    try {
+      store = c10::make_intrusive<RendezvousStore>(local ? "127.0.0.1" : env.master_addr,
+                                                   env.master_port, left, session);
+    } catch (const StoreError& e) {
+      if (e.kind() == StoreError::Kind::not_a_store)
+        throw CommTimeout("init", 0, options.init_timeout,
+                          "mpp: rank " + std::to_string(env.rank) +
+                              " got no answer from the rendezvous store at " + where + " within " +
+                              std::to_string(options.init_timeout.count()) +
+                              " ms; is another program listening on MASTER_PORT? " + launch + " [" +
+                              e.what() + "]");
+      throw CommTimeout("init", 0, options.init_timeout,
+                        "mpp: rank " + std::to_string(env.rank) +
+                            " could not reach the rendezvous store of rank 0 at " + where +
+                            " within " + std::to_string(options.init_timeout.count()) +
+                            " ms (is rank 0 running?); " + launch + " [" + e.what() + "]");
+    }
   }
   // The store's own timeout bounded the connection attempt; from here on our deadlines rule.
   store->setTimeout(std::max(options.init_timeout, options.timeout));
@@ -380,6 +479,7 @@ class ProcessGroup {
     child->backend = s.backend;
     child->options = s.options;
     child->global_rank = s.global_rank;
+    child->store_host = s.store_host;
     child->prefix = s.prefix + "/" + std::to_string(state_->children++);
     for (int r : ranks) child->global_ranks.push_back(s.global_ranks[static_cast<std::size_t>(r)]);
     auto me = std::find(ranks.begin(), ranks.end(), s.rank);
@@ -416,7 +516,8 @@ class ProcessGroup {
                             std::to_string(child->global_ranks[i]) + " was given " + other +
                             "; call new_group with the same list on every rank, in the same order");
     }
-    child->pg = detail::connect_group(*child, child->rank, static_cast<int>(ranks.size()));
+    child->pg = detail::connect_group(*child, child->rank, static_cast<int>(ranks.size()), deadline,
+                                      "new_group");
     return ProcessGroup(child);
   }
 
@@ -614,6 +715,7 @@ ProcessGroup init_process_group(const Environment& env, CommOptions options) {
   state->prefix = "mpp/0";
   state->rank = env.rank;
   state->global_rank = env.rank;
+  state->store_host = env.world_size > 1 && !detail::torchrun_agent_store() ? 0 : -1;
   for (int r = 0; r < env.world_size; ++r) state->global_ranks.push_back(r);
 
   if (env.world_size == 1) {
@@ -644,7 +746,7 @@ ProcessGroup init_process_group(const Environment& env, CommOptions options) {
                         " device: " + detail::error_text(e) +
                         "; set MPP_SOCKET_IFNAME to a network interface of this host");
   }
-  state->pg = detail::connect_group(*state, env.rank, env.world_size);
+  state->pg = detail::connect_group(*state, env.rank, env.world_size, deadline, "init");
   return ProcessGroup(state);
 }
 

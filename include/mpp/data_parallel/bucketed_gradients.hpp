@@ -9,6 +9,14 @@
 // engine runs when backward() finishes: it waits for every bucket, checks that every parameter
 // got a gradient, and resets the state for the next step.
 //
+// A parameter without a gradient on some rank (unused in that rank's loss) must not leave the
+// others waiting on a bucket that rank never launches. So every rank always launches every
+// bucket: one that misses gradients launches the rest at the end of backward. The last bucket
+// carries one extra element, "this rank missed a gradient", summed with the rest; when the sum is
+// not zero every rank learns it from the same reduction, and only then one more all-reduce of a
+// per-rank bitmap tells every rank which parameters were missing where, so all of them fail at
+// once naming the parameters. On the normal path that costs one element and one read.
+//
 // Gradients live inside the bucket buffers: after the first synchronised step each `.grad` is an
 // alias of its slice of a flat buffer, so accumulation writes straight into the bucket and the
 // averaged result is already in `.grad` when the wait returns — no copy in or out. The alias is
@@ -35,11 +43,19 @@
 namespace mpp {
 
 /// What the bucket engine asks of a reduction backend: start summing one flat buffer across the
-/// replicas, and later block until that sum has landed in the same buffer.
+/// replicas, and later block until that sum has landed in the same buffer. Bucket indices run
+/// from 0 to the number of buckets (that last one is the rare check of missing gradients).
 template <class L>
 concept bucket_launcher = requires(L& l, std::size_t bucket, at::Tensor& flat) {
   l.launch(bucket, flat);
   l.wait(bucket);
+};
+
+/// A launcher that also knows this replica's place among the replicas (to name ranks).
+template <class L>
+concept ranked_bucket_launcher = bucket_launcher<L> && requires(const L& l) {
+  { l.replica() } -> std::convertible_to<int>;
+  { l.replicas() } -> std::convertible_to<int>;
 };
 
 /// A parameter (or buffer) with the name used in messages.
@@ -79,9 +95,12 @@ class BucketedGradients {
       : params_(std::move(params)), divisor_(divisor), launcher_(std::move(launcher)) {
     plan_ = plan_buckets(grad_specs(params_), cap_bytes);
     buffers_.reserve(plan_.buckets.size());
-    for (const auto& b : plan_.buckets) {
-      const auto& first = params_[b.params.front()].tensor;
-      buffers_.push_back(at::zeros({static_cast<std::int64_t>(b.elements)}, first.options()));
+    for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
+      const auto& first = params_[plan_.buckets[b].params.front()].tensor;
+      // The last bucket has one more element: the "missed a gradient" flag (see the top).
+      const bool last = b + 1 == plan_.buckets.size();
+      buffers_.push_back(at::zeros({static_cast<std::int64_t>(plan_.buckets[b].elements + last)},
+                                   first.options()));
     }
     slices_.resize(params_.size());
     for (std::size_t b = 0; b < plan_.buckets.size(); ++b)
@@ -154,39 +173,31 @@ class BucketedGradients {
     const std::size_t b = plan_.bucket_of[i];
     if (--pending_[b] == 0) {
       // Launch every consecutive full bucket from the next one in plan order.
-      while (next_launch_ < pending_.size() && pending_[next_launch_] == 0) {
-        at::NoGradGuard no_grad;
-        if (divisor_ != 1.0) buffers_[next_launch_].div_(divisor_);
-        launcher_.launch(next_launch_, buffers_[next_launch_]);
-        ++next_launch_;
-      }
+      while (next_launch_ < pending_.size() && pending_[next_launch_] == 0)
+        launch_next(/*missed=*/false);
     }
   }
 
   // Runs once backward() has finished (queued on the autograd engine).
   void finish_backward() {
     in_backward_ = false;
+    bool someone_missed = false;
     try {
+      if (next_launch_ < plan_.buckets.size()) {
+        // Some gradient never came: launch the rest anyway (the other ranks wait on them), with
+        // the missing slices zeroed and the flag raised.
+        at::NoGradGuard no_grad;
+        for (std::size_t i = 0; i < params_.size(); ++i)
+          if (!ready_[i]) slices_[i].zero_();
+        while (next_launch_ < plan_.buckets.size()) launch_next(/*missed=*/true);
+      }
       for (std::size_t b = 0; b < next_launch_; ++b) launcher_.wait(b);
+      someone_missed = buffers_.back()[-1].template item<double>() != 0.0;
     } catch (...) {
       reset_step();
       throw;
     }
-    if (next_launch_ < plan_.buckets.size()) {
-      std::string names;
-      std::size_t missing = 0;
-      for (std::size_t i = 0; i < params_.size(); ++i)
-        if (!ready_[i]) {
-          if (missing++ < 8) names += (names.empty() ? "'" : ", '") + params_[i].name + "'";
-        }
-      if (missing > 8) names += " and " + std::to_string(missing - 8) + " more";
-      reset_step();
-      throw std::runtime_error(
-          "mpp: DDP parameter(s) " + names +
-          " got no gradient in this backward pass, so their buckets were never all-reduced; every "
-          "trainable parameter must take part in the loss on every rank (freeze unused ones with "
-          "requires_grad(false) before building DDP)");
-    }
+    if (someone_missed) report_missing();  // throws on every rank
     // Every gradient now holds the mean; point any replaced .grad back at its bucket.
     for (std::size_t i = 0; i < params_.size(); ++i)
       if (!grad_in_bucket(i)) params_[i].tensor.mutable_grad() = slices_[i];
@@ -194,6 +205,62 @@ class BucketedGradients {
   }
 
  private:
+  void launch_next(bool missed) {
+    at::NoGradGuard no_grad;
+    at::Tensor& flat = buffers_[next_launch_];
+    if (divisor_ != 1.0) flat.div_(divisor_);
+    if (next_launch_ + 1 == buffers_.size()) flat[-1].fill_(missed ? 1.0 : 0.0);
+    launcher_.launch(next_launch_, flat);
+    ++next_launch_;
+  }
+
+  /// Some rank missed a gradient (every rank knows it from the same reduction): agree on which
+  /// parameters, on which ranks, and throw the same error everywhere.
+  [[noreturn]] void report_missing() {
+    const std::size_t n = params_.size();
+    int me = 0, replicas = 1;
+    if constexpr (ranked_bucket_launcher<Launcher>) {
+      me = launcher_.replica();
+      replicas = launcher_.replicas();
+    }
+    // had[r * n + i] = 1 if rank r got parameter i's gradient.
+    at::Tensor had = at::zeros({static_cast<std::int64_t>(replicas * n)}, at::kFloat);
+    for (std::size_t i = 0; i < n; ++i)
+      if (ready_[i]) had[static_cast<std::int64_t>(me * n + i)].fill_(1.0);
+    const std::size_t check = plan_.buckets.size();
+    std::string failure;
+    try {
+      launcher_.launch(check, had);
+      launcher_.wait(check);
+    } catch (const std::exception& e) {
+      failure = std::string(" (naming them failed: ") + e.what() + ")";
+    }
+    const auto* counts = had.data_ptr<float>();
+    std::string names;
+    std::vector<bool> missed_on(static_cast<std::size_t>(replicas), false);
+    std::size_t missing = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      bool missed = failure.empty() ? false : !ready_[i];
+      for (int r = 0; r < replicas && failure.empty(); ++r)
+        if (counts[static_cast<std::size_t>(r) * n + i] == 0.0f) {
+          missed = true;
+          missed_on[static_cast<std::size_t>(r)] = true;
+        }
+      if (missed && missing++ < 8) names += (names.empty() ? "'" : ", '") + params_[i].name + "'";
+    }
+    if (missing > 8) names += " and " + std::to_string(missing - 8) + " more";
+    std::string where;
+    for (int r = 0; r < replicas; ++r)
+      if (missed_on[static_cast<std::size_t>(r)])
+        where += (where.empty() ? "" : ", ") + std::to_string(r);
+    reset_step();
+    throw std::runtime_error(
+        "mpp: DDP parameter(s) " + names + " got no gradient in this backward pass" +
+        (where.empty() ? std::string() : " on rank(s) [" + where + "] of the DDP group") + failure +
+        "; every trainable parameter must take part in the loss on every rank (freeze unused "
+        "ones with requires_grad(false) before building DDP)");
+  }
+
   struct ReadyHook final : torch::autograd::FunctionPostHook {
     ReadyHook(BucketedGradients* owner, std::size_t index) : owner(owner), index(index) {}
     torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,

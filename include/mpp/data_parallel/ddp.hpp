@@ -56,6 +56,8 @@ struct GroupBucketLauncher {
       waited += std::chrono::steady_clock::now() - start;
     }
   }
+  int replica() const { return group.rank(); }
+  int replicas() const { return group.size(); }
   void wait(std::size_t bucket) {
     if constexpr (Comm::semantics == CommSemantics::buffered) {
       const auto start = std::chrono::steady_clock::now();

@@ -19,9 +19,10 @@ struct StepReport {
   trace::StepFigures figures;            // measured
   VerifyResult predicted_unit;           // the verifier with unit costs (T_F=1, T_B=2)
   VerifyResult predicted_measured;       // the verifier with this step's measured F/B/I/W costs
+  VerifyResult predicted_latency;        // ... and the measured message latency as T_comm
 
   std::string summary() const {
-    return trace::describe(figures, predicted_unit, predicted_measured);
+    return trace::describe(figures, predicted_unit, predicted_measured, &predicted_latency);
   }
   std::string timeline(int max_columns = 40) const {
     AsciiOptions options;
@@ -49,6 +50,8 @@ std::optional<StepReport> report_last_step(const Pipe& pipe, int root = 0) {
   report.predicted_unit = pipe.predicted();
   report.predicted_measured =
       verify(pipe.plan().table, pipe.plan().semantics(), trace::measured_costs(report.figures));
+  report.predicted_latency = verify(pipe.plan().table, pipe.plan().semantics(),
+                                    trace::measured_costs_with_latency(report.figures));
   return report;
 }
 

@@ -26,7 +26,44 @@ struct StepFigures {
   std::vector<int> peak_in_flight;
   // Mean measured durations (us) of one F, B, I and W on one chunk: the cost model's inputs.
   double forward_us = 0.0, backward_us = 0.0, input_grad_us = 0.0, weight_grad_us = 0.0;
+  // Mean time from a send's start to the end of the receiver's wait for it, over the messages
+  // the receiver was already waiting for: what one transfer costs on the critical path (0 if
+  // no receiver ever waited). Ranks' clocks must be comparable (one host: CLOCK_MONOTONIC).
+  double message_latency_us = 0.0;
 };
+
+/// The mean latency of the messages a receiver was waiting for (see StepFigures).
+inline double message_latency_us(std::span<const RankTrace> traces) {
+  const int P = static_cast<int>(traces.size());
+  std::vector<double> samples;
+  for (const auto& receiver : traces) {
+    for (const auto& wait : receiver.events) {
+      if (wait.kind != EventKind::recv_wait || wait.peer < 0 || wait.peer >= P) continue;
+      const bool forward = wait.op == Op::RECV_F;
+      const int stage = wait.chunk * P + receiver.rank;
+      const int from_stage = forward ? stage - 1 : stage + 1;
+      const auto& sender = traces[static_cast<std::size_t>(wait.peer)];
+      for (const auto& send : sender.events) {
+        if (send.kind != EventKind::send || send.op != (forward ? Op::SEND_F : Op::SEND_B) ||
+            send.micro_batch != wait.micro_batch || send.chunk * P + sender.rank != from_stage)
+          continue;
+        const double send_begin = sender.start_us + send.begin_us;
+        const double send_end = sender.start_us + send.end_us;
+        const double wait_begin = receiver.start_us + wait.begin_us;
+        const double wait_end = receiver.start_us + wait.end_us;
+        if (wait_begin <= send_end && wait_end >= send_begin)
+          samples.push_back(wait_end - send_begin);
+        break;
+      }
+    }
+  }
+  if (samples.empty()) return 0.0;
+  // The mean, not the median: a few slow deliveries (a descheduled thread) cost the step as much
+  // as many fast ones, and the bubble adds them up.
+  double sum = 0.0;
+  for (double x : samples) sum += x;
+  return sum / static_cast<double>(samples.size());
+}
 
 inline StepFigures step_figures(std::span<const RankTrace> traces) {
   StepFigures f;
@@ -75,6 +112,7 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
   f.backward_us = mean(1);
   f.input_grad_us = mean(2);
   f.weight_grad_us = mean(3);
+  f.message_latency_us = message_latency_us(traces);
   return f;
 }
 
@@ -91,6 +129,17 @@ inline Costs measured_costs(const StepFigures& f) {
   c.input_grad = units(f.input_grad_us, c.forward);
   c.weight_grad = units(f.weight_grad_us, c.forward);
   c.comm = 0;
+  return c;
+}
+
+/// measured_costs() plus the measured message latency as T_comm (same units).
+inline Costs measured_costs_with_latency(const StepFigures& f) {
+  Costs c = measured_costs(f);
+  const double largest =
+      std::max({f.forward_us, f.backward_us, f.input_grad_us, f.weight_grad_us, 1e-9});
+  c.comm = f.message_latency_us > 0.0
+               ? std::max(1, static_cast<int>(std::lround(100.0 * f.message_latency_us / largest)))
+               : 0;
   return c;
 }
 
@@ -168,7 +217,8 @@ inline std::string format_bytes(std::int64_t bytes) {
 ///   bubble measured 21.4%, predicted 20.0% (unit costs) / 18.9% (measured costs)
 ///   rank 0: bubble 22.0%, peak activations 1.50 MiB, 2 micro-batches in flight (predicted 2)
 inline std::string describe(const StepFigures& f, const VerifyResult& predicted_unit,
-                            const VerifyResult& predicted_measured) {
+                            const VerifyResult& predicted_measured,
+                            const VerifyResult* predicted_latency = nullptr) {
   char buf[256];
   std::string out;
   std::snprintf(buf, sizeof buf,
@@ -177,6 +227,13 @@ inline std::string describe(const StepFigures& f, const VerifyResult& predicted_
                 100.0 * f.bubble, 100.0 * predicted_unit.bubble_fraction(),
                 100.0 * predicted_measured.bubble_fraction());
   out += buf;
+  if (predicted_latency != nullptr && f.message_latency_us > 0.0) {
+    std::snprintf(buf, sizeof buf,
+                  "  with the measured %.0f us per message (send to receiver unblocked) the "
+                  "verifier predicts %.1f%%\n",
+                  f.message_latency_us, 100.0 * predicted_latency->bubble_fraction());
+    out += buf;
+  }
   for (int r = 0; r < f.ranks; ++r) {
     const auto i = static_cast<std::size_t>(r);
     std::snprintf(buf, sizeof buf,
