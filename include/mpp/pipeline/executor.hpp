@@ -587,10 +587,6 @@ class Executor {
       // header is read when that chunk first needs its input.
       if (Communicator<C>::blocking || a.chunk == 0) {
         read_header(a.chunk, a.peer);
-        for (int mb = 0; mb < config_.micro_batches; ++mb) {
-          Slot& other = slot(a.chunk, mb);
-          if (other.recv_deferred) post_activation_buffer(a.chunk, mb, a.peer, other);
-        }
       } else {
         s.recv_deferred = true;
         return;
@@ -627,7 +623,11 @@ class Executor {
       step_->target_chunks = split_micro_batches(step_->targets, step_->plan);
     link.spec = h.spec;
     link.known = true;
-    (void)peer;
+    // The link's shape is known: post the data receives that waited for it.
+    for (int mb = 0; mb < config_.micro_batches; ++mb) {
+      Slot& other = slot(chunk, mb);
+      if (other.recv_deferred) post_activation_buffer(chunk, mb, peer, other);
+    }
   }
 
   void post_activation_buffer(int chunk, int micro_batch, int peer, Slot& s) {
@@ -652,10 +652,6 @@ class Executor {
                              stage_text(stage_of(a.chunk)) +
                              " without a RECV_F before it; the table is not lowered");
       read_header(a.chunk, peer);
-      for (int mb = 0; mb < config_.micro_batches; ++mb) {
-        Slot& other = slot(a.chunk, mb);
-        if (other.recv_deferred) post_activation_buffer(a.chunk, mb, peer, other);
-      }
     }
     if (!s.recv_buffer.defined())
       throw pipeline_error("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
