@@ -22,7 +22,7 @@ struct Nccl {
 struct Shm {
   static constexpr std::string_view name = "Shm";
   /// Bytes of a tensor reduced per pipelined step; the segment holds 2 x (ranks + 1) of them.
-  static constexpr std::size_t chunk_bytes = std::size_t{4} << 20;
+  static constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
 };
 
 template <class B>

@@ -31,6 +31,7 @@
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -722,6 +723,10 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   }
 
   void run() {
+    // The worker needs little CPU but needs it at once: a peer waits on every chunk it holds
+    // back. A higher priority lets it preempt this rank's compute when woken (needs
+    // CAP_SYS_NICE; without it the worker runs at the default priority).
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), -10);
     for (;;) {
       c10::intrusive_ptr<ShmWork> work;
       {
