@@ -329,10 +329,12 @@ MPP_TEST_WORKER("shm_dead_peer") {
   const int me = world.rank(), last = world.size() - 1;
   auto warm = values(1000, me, 1);
   world.all_reduce(warm);
-  auto x = values(3 * chunk_floats, me, 2);
+  // Far more chunks than a rank can copy in ahead of the others (Shm::buffers), and far more
+  // than the others reduce in the millisecond before the last rank leaves.
+  auto x = values(64 * chunk_floats, me, 2);
   if (me == last) {
     auto started = world.iall_reduce(x);
-    std::this_thread::sleep_for(2ms);
+    std::this_thread::sleep_for(1ms);
     std::fflush(stdout);
     std::_Exit(0);  // no destructor, no wait: as if killed
   }

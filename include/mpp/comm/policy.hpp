@@ -21,8 +21,10 @@ struct Nccl {
 /// Gloo (mpp/comm/shm_group.hpp). Refused at creation when the ranks are on several hosts.
 struct Shm {
   static constexpr std::string_view name = "Shm";
-  /// Bytes of a tensor reduced per pipelined step; the segment holds 2 x (ranks + 1) of them.
+  /// Bytes of a tensor copied and reduced per step; the segment holds buffers x ranks of them.
   static constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
+  /// Chunks a rank may copy in ahead of the slowest peer.
+  static constexpr std::size_t buffers = 4;
 };
 
 template <class B>

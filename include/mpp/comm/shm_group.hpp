@@ -6,17 +6,22 @@
 // the Gloo backend builds it.
 //
 // An all-reduce runs on the group's worker thread, in submission order. The tensor is cut into
-// chunks of Shm::chunk_bytes; chunk k uses buffer k % 2 of the segment, which holds one input
-// slot per rank and a result area:
-//   1. copy my piece into my slot, then publish arrived[me] = k;
+// chunks of Shm::chunk_bytes; chunk k uses buffer k % Shm::buffers of the segment, which holds
+// one slot per rank:
+//   1. copy my piece of chunk k into my slot (once every rank has finished reading what that
+//      buffer held Shm::buffers chunks ago), then publish arrived[me] = k; copy further chunks
+//      in the same way while buffers are free, so a late peer finds them ready;
 //   2. wait until every rank has arrived at k;
-//   3. reduce slice `me` of every slot, in rank order, into the result area; reduced[me] = k;
-//   4. copy the next chunk in (it overlaps the peers still reducing this one);
-//   5. wait until every rank has reduced k, then copy the whole result out.
-// Each element is reduced by one rank and copied out by all, so replicas get the same bits.
-// The counters only grow (sequence numbers), so nothing is reset between collectives. Every wait
-// spins briefly, then sleeps on a futex in short slices until the group's deadline; a peer whose
-// process is gone is noticed within ~0.1 s and named.
+//   3. reduce the whole chunk from every slot, in rank order, straight into my tensor, then
+//      publish consumed[me] = k.
+// Every rank runs the same code on the same bytes in the same order: replicas get the same bits.
+// For 2 ranks this moves less memory than each rank reducing a 1/world slice into a shared
+// result that all then copy out (3 reads + 2 writes per element instead of 3 + 2.5), and it
+// needs one rendezvous per chunk instead of two: on 2 cores shared with compute, where a peer's
+// worker is often not running at the moment it is waited for, that decides the step time
+// (docs/13-ddp.md). The counters only grow (sequence numbers), so nothing is reset between
+// collectives. Every wait spins briefly, then sleeps on a futex in short slices until the group's
+// deadline; a peer whose process is gone is noticed within ~0.1 s and named.
 //
 // The segment (/dev/shm/mpp-shm-<pid>-<random>) is created by rank 0 and unlinked as soon as every
 // rank has mapped it, so nothing is left behind however the job ends afterwards.
@@ -79,6 +84,8 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
 
 constexpr std::uint64_t segment_magic = 0x316d68732d70706dULL;  // "mpp-shm1"
 
+constexpr std::size_t max_buffers = 16;
+
 /// One counter per cache line, so ranks publishing progress do not invalidate each other's.
 struct alignas(64) Counter {
   std::atomic<std::uint32_t> value;
@@ -93,29 +100,32 @@ struct ChunkTag {
 };
 
 struct alignas(64) RankBlock {
-  Counter arrived;  // chunks this rank has copied in
-  Counter reduced;  // chunks whose slice this rank has reduced
-  ChunkTag tag[2];  // per buffer; written before `arrived` is released
+  Counter arrived;            // chunks this rank has copied in
+  Counter consumed;           // chunks this rank has finished reading
+  ChunkTag tag[max_buffers];  // per buffer; written before `arrived` is released
   std::int32_t pid;
 };
 
 struct alignas(64) Header {
   std::uint64_t magic;
   std::uint64_t chunk_bytes;
+  std::uint64_t buffers;
   std::uint32_t world;
 };
 
 struct Layout {
   std::size_t chunk_bytes = 0;
+  std::size_t buffers = 0;
   int world = 0;
   std::size_t blocks = 0;  // offset of the rank blocks
   std::size_t data = 0;    // offset of the buffers
   std::size_t total = 0;
   Layout() = default;
-  Layout(std::size_t chunk, int ranks) : chunk_bytes(chunk), world(ranks) {
+  Layout(std::size_t chunk, std::size_t depth, int ranks)
+      : chunk_bytes(chunk), buffers(depth), world(ranks) {
     blocks = sizeof(Header);
     data = (blocks + sizeof(RankBlock) * static_cast<std::size_t>(ranks) + 4095) / 4096 * 4096;
-    total = data + 2 * static_cast<std::size_t>(ranks + 1) * chunk;
+    total = data + depth * static_cast<std::size_t>(ranks) * chunk;
   }
 };
 
@@ -345,6 +355,7 @@ inline std::unique_ptr<Segment> open_segment(c10d::Store& store, int rank, int s
     auto* header = reinterpret_cast<Header*>(segment->base());
     header->magic = segment_magic;
     header->chunk_bytes = layout.chunk_bytes;
+    header->buffers = layout.buffers;
     header->world = static_cast<std::uint32_t>(size);
     store.set("shm/name", bytes_of(name));
   } else {
@@ -378,7 +389,7 @@ inline std::unique_ptr<Segment> open_segment(c10d::Store& store, int rank, int s
     segment = map_fd(fd, name, layout.total);
     const auto* header = reinterpret_cast<const Header*>(segment->base());
     if (header->magic != segment_magic || header->chunk_bytes != layout.chunk_bytes ||
-        header->world != static_cast<std::uint32_t>(size))
+        header->buffers != layout.buffers || header->world != static_cast<std::uint32_t>(size))
       throw CommError("init", 0,
                       "mpp: the shared-memory segment " + name +
                           " was laid out for another group (chunk or world size differ); every "
@@ -430,7 +441,7 @@ void fold(T* out, const std::vector<const T*>& in, std::size_t n, RedOp op) {
 
 /// Reduces `n` elements of every rank's slot (in rank order) into `out`. bfloat16 is widened to
 /// float32 and rounded once at the end, as Gloo's path in mpp does.
-inline void reduce_slice(at::ScalarType dtype, RedOp op, void* out,
+inline void reduce_chunk(at::ScalarType dtype, RedOp op, void* out,
                          const std::vector<const char*>& in, std::size_t n,
                          std::vector<float>& scratch) {
   if (n == 0) return;
@@ -534,12 +545,16 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   /// A collective: every rank of the group constructs it with the same store and chunk size.
   ShmProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                   c10::intrusive_ptr<c10d::ProcessGroup> inner, std::size_t chunk_bytes,
-                  std::chrono::milliseconds timeout)
+                  std::size_t buffers, std::chrono::milliseconds timeout)
       : c10d::ProcessGroup(rank, size),
         inner_(std::move(inner)),
-        layout_(chunk_bytes, size),
+        layout_(chunk_bytes, buffers, size),
         timeout_(timeout),
         progress_(std::make_shared<detail::shm::Progress>()) {
+    if (buffers < 2 || buffers > detail::shm::max_buffers)
+      throw std::invalid_argument("mpp: Shm::buffers must be between 2 and " +
+                                  std::to_string(detail::shm::max_buffers) + " (got " +
+                                  std::to_string(buffers) + ")");
     if (chunk_bytes < 4096 || chunk_bytes % 64 != 0)
       throw std::invalid_argument(
           "mpp: Shm::chunk_bytes must be a multiple of 64 and at least 4096 (got " +
@@ -707,12 +722,11 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     return reinterpret_cast<RankBlock*>(segment_->base() + layout_.blocks)[q];
   }
   char* slot(std::uint32_t chunk, int q) const {
-    const std::size_t buffer = chunk & 1u;
+    const std::size_t buffer = chunk % layout_.buffers;
     return segment_->base() + layout_.data +
-           (buffer * static_cast<std::size_t>(size_ + 1) + static_cast<std::size_t>(q)) *
+           (buffer * static_cast<std::size_t>(size_) + static_cast<std::size_t>(q)) *
                layout_.chunk_bytes;
   }
-  char* result(std::uint32_t chunk) const { return slot(chunk, size_); }
 
   void enqueue(const c10::intrusive_ptr<ShmWork>& work) {
     {
@@ -854,20 +868,34 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     next_chunk_ += static_cast<std::uint32_t>(chunks);
     RankBlock& mine = block(rank_);
 
+    const auto depth = static_cast<std::uint32_t>(layout_.buffers);
     auto count_of = [&](std::size_t c) { return std::min(per_chunk, numel - c * per_chunk); };
-    auto copy_in = [&](std::size_t c) {
-      const std::uint32_t k = first + static_cast<std::uint32_t>(c);
-      std::memcpy(slot(k, rank_), bytes + c * per_chunk * element, count_of(c) * element);
-      mine.tag[k & 1u] = tag;
+    std::size_t copied = 0;  // chunks of this tensor already in this rank's slots
+    // Copies the next chunk in once every rank has finished reading what its buffer held
+    // `depth` chunks ago; without `wait`, only if that is already so.
+    auto copy_in = [&](bool wait) {
+      const std::uint32_t k = first + static_cast<std::uint32_t>(copied);
+      if (wait)
+        wait_all(&RankBlock::consumed, k - depth, "free a buffer for", work, copied, chunks);
+      else if (!all_reached(&RankBlock::consumed, k - depth))
+        return false;
+      std::memcpy(slot(k, rank_), bytes + copied * per_chunk * element, count_of(copied) * element);
+      mine.tag[k % depth] = tag;
       publish(mine.arrived, k);
+      ++copied;
+      return true;
     };
 
-    copy_in(0);
+    std::vector<const char*> inputs(static_cast<std::size_t>(size_));
     for (std::size_t c = 0; c < chunks; ++c) {
       const std::uint32_t k = first + static_cast<std::uint32_t>(c);
+      // Run ahead: fill the free buffers before waiting for the peers' copies of chunk c.
+      if (copied == c) copy_in(true);
+      while (copied < chunks && copied < c + depth && copy_in(false)) {
+      }
       wait_all(&RankBlock::arrived, k, "arrive at", work, c, chunks);
       for (int q = 0; q < size_; ++q) {
-        const auto& theirs = block(q).tag[k & 1u];
+        const auto& theirs = block(q).tag[k % depth];
         if (theirs.op != tag.op || theirs.numel != tag.numel || theirs.dtype != tag.dtype ||
             theirs.reduce != tag.reduce)
           throw std::runtime_error(
@@ -876,25 +904,22 @@ class ShmProcessGroup : public c10d::ProcessGroup {
               detail::shm::tag_text(tag) +
               "; every rank must call the same collectives with tensors of the same size and "
               "dtype, in the same order");
+        inputs[static_cast<std::size_t>(q)] = slot(k, q);
       }
-      // This rank's slice of the chunk, in whole cache lines where the chunk allows.
-      const std::size_t count = count_of(c);
-      const std::size_t align = std::max<std::size_t>(1, 64 / element);
-      const std::size_t share =
-          ((count + static_cast<std::size_t>(size_) - 1) / static_cast<std::size_t>(size_) + align -
-           1) /
-          align * align;
-      const std::size_t begin = std::min(count, static_cast<std::size_t>(rank_) * share);
-      const std::size_t end = std::min(count, begin + share);
-      std::vector<const char*> inputs;
-      for (int q = 0; q < size_; ++q) inputs.push_back(slot(k, q) + begin * element);
-      detail::shm::reduce_slice(dtype, work.op_, result(k) + begin * element, inputs, end - begin,
-                                scratch_);
-      publish(mine.reduced, k);
-      if (c + 1 < chunks) copy_in(c + 1);  // overlaps the peers still reducing chunk c
-      wait_all(&RankBlock::reduced, k, "finish reducing", work, c, chunks);
-      std::memcpy(bytes + c * per_chunk * element, result(k), count * element);
+      // Every rank reduces the whole chunk, in rank order, with the same code: the same bits.
+      detail::shm::reduce_chunk(dtype, work.op_, bytes + c * per_chunk * element, inputs,
+                                count_of(c), scratch_);
+      publish(mine.consumed, k);
     }
+  }
+
+  /// Whether every peer's `which` counter has reached `target` (no waiting).
+  bool all_reached(Counter RankBlock::*which, std::uint32_t target) const {
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_ &&
+          !detail::shm::reached((block(q).*which).value.load(std::memory_order_acquire), target))
+        return false;
+    return true;
   }
 
   c10::intrusive_ptr<c10d::ProcessGroup> inner_;
@@ -935,7 +960,7 @@ struct backend_traits<Shm> {
     if (size > 1) detail::shm::check_one_host(*store, rank, size, timeout);
     auto inner = backend_traits<Gloo>::make(store, rank, size, device, timeout);
     return c10::make_intrusive<ShmProcessGroup>(store, rank, size, std::move(inner),
-                                                Shm::chunk_bytes, timeout);
+                                                Shm::chunk_bytes, Shm::buffers, timeout);
   }
 };
 
