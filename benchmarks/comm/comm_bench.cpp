@@ -1,30 +1,56 @@
 // Point-to-point latency and bandwidth between two ranks, through each layer of mpp's comm
 // stack next to the raw c10d Gloo calls it wraps, in one binary and one process pair:
 //
-//   raw_c10d_gloo     ProcessGroupGloo::send/recv + Work::wait()        (the floor)
+//   raw_c10d_gloo     ProcessGroupGloo::send/recv + Work::wait(deadline)   (the floor)
 //   ProcessGroup      mpp::ProcessGroup::send/recv (deadlines, staging checks, error mapping)
 //   Blocking<Gloo>    mpp::Communicator<Blocking<Gloo>>
 //   Async<Gloo>       mpp::Communicator<Async<Gloo>> (isend/irecv handles, then wait)
 //
-// One iteration is a round trip: rank 0 sends `bytes`, rank 1 sends them back. Both ranks run
-// the same registered benchmarks with fixed iteration counts (so they stay in step); rank 0
-// reports. bytes_per_second is the one-way bandwidth from the mean (2 x bytes per round trip);
-// best_one_way_us and median_one_way_us are half the fastest and the median round trip. After the
-// runs rank 0 prints each layer's overhead over raw Gloo from those two, taking for each the best
-// repetition (the least disturbed by other load on the machine).
+// Roles: rank 0 starts every round trip (send `bytes`, then receive them back) and times it with
+// a steady clock; rank 1 only echoes (receive, send back) through the same layer. Both ranks run
+// the same registered benchmarks with fixed iteration counts and the same pseudo-random order,
+// so they stay in step; rank 0 reports.
 //
-//   mpprun --nproc-per-node 2 ./comm_bench [--benchmark_repetitions=5] [--benchmark_filter=...]
+// Method: paired and interleaved. One iteration of `p2p/bytes:N` is a block of ten round trips:
+// the five slots raw, control, ProcessGroup, Blocking, Async in a shuffled order, then the same
+// order reversed, so every slot sits on average in the middle of the block. The control is raw
+// Gloo again, timed apart. A layer's block ratio is (its two trips) / (the two raw trips): a load
+// change slower than a block hits both alike and cancels, and a hiccup spoils one block, which
+// the median ignores. All layers share every block, so they see the same machine. Per size, for
+// each layer: the median round trip and the median of its block ratios with a distribution-free
+// 95 % interval (order statistics of the binomial). The control's true overhead is zero: its
+// interval shows what the method resolves.
+//
+// Idle CPUs of this VM halt, and a wake-up can then wait for the next 4 ms timer tick, which
+// hides any per-message cost under a constant round trip. While measuring, every rank therefore
+// holds /dev/cpu_dma_latency at 0 (idle CPUs poll instead of halting; what cyclictest does) when
+// it may open it; --comm_keep_cpus_awake=0 turns that off. The binary says which it did. CPUs
+// busy with other processes delay wake-ups to a tick as well: the summary then gives no verdict
+// for the sizes it finds tick-bound. Measure on an otherwise quiet machine.
+//
+//   mpprun --nproc-per-node 2 ./comm_bench [--comm_blocks_scale=0.2] [--comm_trips_out=DIR]
+//                                          [--benchmark_filter=...]
 //
 // Both ranks must run the same benchmarks in the same order: a --benchmark_filter applies to
 // both, but --benchmark_enable_random_interleaving would shuffle each rank differently.
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -34,31 +60,48 @@
 namespace {
 
 mpp::ProcessGroup* world = nullptr;
+double blocks_scale = 1.0;  // --comm_blocks_scale: fewer (or more) blocks
+std::string trips_dir;      // --comm_trips_out: every round trip, one CSV per size
 
-/// How many round trips for a message size: ~64 MiB moved per run, between 20 and 2000 trips.
-int iterations_for(std::int64_t bytes) {
-  return static_cast<int>(std::clamp<std::int64_t>((64 << 20) / (2 * bytes), 20, 2000));
+/// Blocks of ten round trips for a message size: about 25 s of round trips (estimated at 60 us
+/// plus 2 GB/s each way), between 300 and 3000 blocks. The interval narrows as 1/sqrt(blocks):
+/// 3000 blocks resolve ~1 % for the small sizes, whose round trips are cheap.
+int blocks_for(std::int64_t bytes) {
+  const double round_trip_s = 60e-6 + 2.0 * static_cast<double>(bytes) / 2e9;
+  const double blocks = std::clamp(25.0 / (10 * round_trip_s), 300.0, 3000.0);
+  return std::max(10, static_cast<int>(std::lround(blocks * blocks_scale)));
 }
 
+// Every layer does the same work per round trip: the same tensor, tags 0 (there) and 1 (back),
+// one std::vector per call, and each wait bounded by the same deadline.
 struct RawGloo {
   static constexpr const char* name = "raw_c10d_gloo";
-  static void round_trip(at::Tensor& buf, bool first) {
+  static void round_trip(const at::Tensor& buf, bool initiator) {
     auto& pg = world->c10d_group();
-    std::vector<at::Tensor> v{buf};
-    if (first) {
-      pg.send(v, 1, 0)->wait();
-      pg.recv(v, 1, 1)->wait();
+    const auto deadline = world->options().timeout;
+    const int peer = initiator ? 1 : 0;
+    auto send = [&](int tag) {
+      std::vector<at::Tensor> v{buf};
+      pg.send(v, peer, tag)->wait(deadline);
+    };
+    auto recv = [&](int tag) {
+      std::vector<at::Tensor> v{buf};
+      pg.recv(v, peer, tag)->wait(deadline);
+    };
+    if (initiator) {
+      send(0);
+      recv(1);
     } else {
-      pg.recv(v, 0, 0)->wait();
-      pg.send(v, 0, 1)->wait();
+      recv(0);
+      send(1);
     }
   }
 };
 
 struct PlainGroup {
   static constexpr const char* name = "ProcessGroup";
-  static void round_trip(at::Tensor& buf, bool first) {
-    if (first) {
+  static void round_trip(const at::Tensor& buf, bool initiator) {
+    if (initiator) {
       world->send(buf, 1, 0);
       world->recv(buf, 1, 1);
     } else {
@@ -73,9 +116,9 @@ struct Policy {
   static inline const std::string label =
       std::string(C::name) + "<" + std::string(C::backend::name) + ">";
   static inline const char* name = label.c_str();
-  static void round_trip(at::Tensor& buf, bool first) {
+  static void round_trip(const at::Tensor& buf, bool initiator) {
     static const mpp::Communicator<C> comm(*world);
-    if (first) {
+    if (initiator) {
       comm.send(buf, 1, 0).wait();
       comm.recv(buf, 1, 1).wait();
     } else {
@@ -85,85 +128,206 @@ struct Policy {
   }
 };
 
-template <class Layer>
-void bm_round_trip(benchmark::State& state) {
-  const std::int64_t bytes = state.range(0);
-  auto buf = at::zeros({bytes / 4}, at::kFloat);
-  const bool first = world->rank() == 0;
-  for (int i = 0; i < 3; ++i) Layer::round_trip(buf, first);  // warm-up
-  // Each round trip is also timed on its own: on a shared machine the mean mixes the path's cost
-  // with waits for a core; the best and the median separate the two.
-  std::vector<double> trips;
-  trips.reserve(static_cast<std::size_t>(state.max_iterations));
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    Layer::round_trip(buf, first);
-    trips.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(trips.begin(), trips.end());
-  state.SetBytesProcessed(state.iterations() * 2 * bytes);
-  state.counters["best_one_way_us"] = trips.front() * 1e6 / 2;
-  state.counters["median_one_way_us"] = trips[trips.size() / 2] * 1e6 / 2;
+/// The slots of a block. Slot 0 is the reference every other slot is divided by; slot 1 runs the
+/// same raw calls as slot 0 (the control).
+struct Slot {
+  const char* name;   // counter prefix
+  const char* layer;  // what the summary calls it
+  void (*round_trip)(const at::Tensor&, bool);
+};
+const std::array<Slot, 5> slots{{
+    {"raw", RawGloo::name, &RawGloo::round_trip},
+    {"control", "raw (control)", &RawGloo::round_trip},
+    {"ProcessGroup", PlainGroup::name, &PlainGroup::round_trip},
+    {"Blocking", "Blocking<Gloo>", &Policy<mpp::Blocking<mpp::Gloo>>::round_trip},
+    {"Async", "Async<Gloo>", &Policy<mpp::Async<mpp::Gloo>>::round_trip},
+}};
+
+double median_of_sorted(const std::vector<double>& v) {
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// Console output as usual, plus the fastest repetition of every run kept for the summary.
+/// The median of `v` with a distribution-free 95 % confidence interval: the order statistics
+/// j < k with P(X_(j) <= median <= X_(k)) >= 0.95 under Binomial(n, 1/2) (normal approximation).
+struct MedianInterval {
+  double median, lo, hi;
+};
+MedianInterval median_with_interval(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const double n = static_cast<double>(v.size());
+  const double half_width = 1.96 * std::sqrt(n) / 2.0;
+  const auto last = static_cast<std::ptrdiff_t>(v.size()) - 1;
+  const auto j = std::clamp<std::ptrdiff_t>(
+      static_cast<std::ptrdiff_t>(std::floor(n / 2.0 - half_width)) - 1, 0, last);
+  const auto k = std::clamp<std::ptrdiff_t>(
+      static_cast<std::ptrdiff_t>(std::ceil(n / 2.0 + half_width)), 0, last);
+  return {median_of_sorted(v), v[static_cast<std::size_t>(j)], v[static_cast<std::size_t>(k)]};
+}
+
+void bm_p2p(benchmark::State& state) {
+  const std::int64_t bytes = state.range(0);
+  const auto buf = at::zeros({bytes / 4}, at::kFloat);
+  const bool initiator = world->rank() == 0;  // rank 0 starts and times; rank 1 echoes
+  constexpr std::size_t n_slots = slots.size();
+  for (int i = 0; i < 3; ++i)  // warm-up: connections, allocator, caches, every code path
+    for (const auto& s : slots) s.round_trip(buf, initiator);
+
+  // The same seed on both ranks: both shuffle alike.
+  std::mt19937 shuffler(static_cast<std::uint32_t>(12345 + bytes));
+  std::array<std::size_t, n_slots> order{};
+  const auto blocks = static_cast<std::size_t>(state.max_iterations);
+  std::array<std::vector<double>, n_slots> trips;  // per slot, two per block
+  for (auto& t : trips) t.reserve(2 * blocks);
+  std::vector<std::array<std::size_t, n_slots>> orders;
+  orders.reserve(blocks);
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < n_slots; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), shuffler);
+    double block_time = 0;
+    for (std::size_t position = 0; position < 2 * n_slots; ++position) {
+      const std::size_t slot = order[position < n_slots ? position : 2 * n_slots - 1 - position];
+      const auto start = std::chrono::steady_clock::now();
+      slots[slot].round_trip(buf, initiator);
+      const double t =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      trips[slot].push_back(t);
+      block_time += t;
+    }
+    orders.push_back(order);
+    state.SetIterationTime(block_time / (2 * n_slots));  // reported: the mean round trip
+  }
+  // One-way bandwidth from the mean round trip (over all slots).
+  state.SetBytesProcessed(state.iterations() * 2 * bytes);
+
+  if (!trips_dir.empty() && initiator) {
+    std::ofstream out(trips_dir + "/p2p_" + std::to_string(bytes) + ".csv");
+    out << "block,slot,position,trip1_s,trip2_s\n";  // position in the first half
+    for (std::size_t b = 0; b < orders.size(); ++b)
+      for (std::size_t p = 0; p < n_slots; ++p) {
+        const std::size_t s = orders[b][p];
+        out << b << "," << slots[s].name << "," << p << "," << trips[s][2 * b] << ","
+            << trips[s][2 * b + 1] << "\n";
+      }
+  }
+
+  const std::size_t n = trips[0].size() / 2;
+  for (std::size_t s = 0; s < n_slots; ++s) {
+    std::vector<double> ratios(n);
+    for (std::size_t b = 0; b < n; ++b)
+      ratios[b] = (trips[s][2 * b] + trips[s][2 * b + 1]) / (trips[0][2 * b] + trips[0][2 * b + 1]);
+    std::vector<double> sorted = trips[s];
+    std::sort(sorted.begin(), sorted.end());
+    const std::string prefix = slots[s].name;
+    state.counters[prefix + "_one_way_us"] = median_of_sorted(sorted) * 1e6 / 2;
+    if (s == 0) continue;
+    const auto overhead = median_with_interval(std::move(ratios));
+    state.counters[prefix + "_overhead_pct"] = (overhead.median - 1) * 100;
+    state.counters[prefix + "_ci_lo"] = (overhead.lo - 1) * 100;
+    state.counters[prefix + "_ci_hi"] = (overhead.hi - 1) * 100;
+  }
+}
+
+/// Console output as usual, plus every run kept for the summary.
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
-    for (const auto& run : runs) {
-      if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
-      const std::string key = run.run_name.function_name + "|" + run.run_name.args;
-      for (auto [table, counter] :
-           {std::pair{&best_, "best_one_way_us"}, std::pair{&median_, "median_one_way_us"}}) {
-        const double value = run.counters.at(counter).value;
-        auto [it, inserted] = table->emplace(key, value);
-        if (!inserted) it->second = std::min(it->second, value);  // best repetition
-      }
-    }
+    for (const auto& run : runs)
+      if (run.run_type == Run::RT_Iteration && !run.error_occurred) runs_.push_back(run);
   }
 
-  void print_overheads(const std::vector<std::int64_t>& sizes,
-                       const std::vector<std::string>& layers) const {
-    print_table("best round trip", best_, sizes, layers);
-    print_table("median round trip (best repetition)", median_, sizes, layers);
+  /// One line per size and layer: the overhead over raw Gloo, its interval, and whether the
+  /// interval lies within +-limit_pct.
+  void print_summary(double limit_pct) const {
+    std::printf(
+        "\nOverhead over raw c10d Gloo: median of the per-block ratios layer/raw, 95%% interval"
+        "\nfrom order statistics; one-way times are median round trips / 2. The control is raw"
+        "\nGloo timed as if it were a layer: its true overhead is 0.\n");
+    std::printf("%9s %-15s %9s %9s %9s  %-18s %6s  %s\n", "bytes", "layer", "raw us", "layer us",
+                "overhead", "95% interval", "blocks", "within 5%");
+    int within = 0, beyond = 0, unresolved = 0, tick_bound_sizes = 0;
+    for (const auto& run : runs_) {
+      auto counter = [&](const std::string& key) { return run.counters.at(key).value; };
+      const std::string bytes = run.run_name.args.substr(run.run_name.args.find(':') + 1);
+      // A small message normally crosses in tens of us. Taking 250 us or more, many waited
+      // for a scheduler tick (CPUs busy with other work, or halted): every layer then shows the
+      // same quantum and a per-message cost is hidden, so no verdict is given.
+      const bool tick_bound = std::stoll(bytes) <= (16 << 10) && counter("raw_one_way_us") >= 250;
+      tick_bound_sizes += tick_bound;
+      for (std::size_t s = 1; s < slots.size(); ++s) {
+        const std::string p = slots[s].name;
+        const double lo = counter(p + "_ci_lo"), hi = counter(p + "_ci_hi");
+        const bool inside = !tick_bound && lo > -limit_pct && hi < limit_pct;
+        const bool outside = !tick_bound && (lo > limit_pct || hi < -limit_pct);
+        const char* verdict = inside    ? "yes"
+                              : outside ? "NO"
+                                        : (tick_bound ? "hidden: tick-bound" : "unresolved");
+        if (s >= 2) (inside ? within : outside ? beyond : unresolved) += 1;
+        char interval[48];
+        std::snprintf(interval, sizeof interval, "[%+.1f%%, %+.1f%%]", lo, hi);
+        std::printf("%9s %-15s %9.1f %9.1f %+8.1f%%  %-18s %6lld  %s\n", bytes.c_str(),
+                    slots[s].layer, counter("raw_one_way_us"), counter(p + "_one_way_us"),
+                    counter(p + "_overhead_pct"), interval, static_cast<long long>(run.iterations),
+                    verdict);
+      }
+    }
+    std::printf(
+        "layers (sizes x policies) within %.0f%% of raw Gloo: %d; beyond: %d; "
+        "unresolved: %d\n",
+        limit_pct, within, beyond, unresolved);
+    if (tick_bound_sizes)
+      std::printf(
+          "WARNING: at %d size(s) a small message took >= 250 us one way: wake-ups waited for "
+          "a scheduler tick; measure on a quiet machine\n",
+          tick_bound_sizes);
   }
 
  private:
-  static void print_table(const char* what, const std::map<std::string, double>& times,
-                          const std::vector<std::int64_t>& sizes,
-                          const std::vector<std::string>& layers) {
-    std::printf("\nOverhead over raw c10d Gloo, %s; raw one-way time in us:\n", what);
-    std::printf("%10s %12s", "bytes", "raw (us)");
-    for (const auto& l : layers) std::printf(" %16s", l.c_str());
-    std::printf("\n");
-    for (auto bytes : sizes) {
-      const std::string args = "bytes:" + std::to_string(bytes);
-      auto raw = times.find("p2p/raw_c10d_gloo|" + args);
-      if (raw == times.end()) continue;
-      std::printf("%10lld %12.1f", static_cast<long long>(bytes), raw->second);
-      for (const auto& l : layers) {
-        auto it = times.find("p2p/" + l + "|" + args);
-        if (it == times.end())
-          std::printf(" %16s", "-");
-        else
-          std::printf(" %+15.1f%%", 100.0 * (it->second / raw->second - 1.0));
-      }
-      std::printf("\n");
-    }
-  }
-
-  std::map<std::string, double> median_;
-
- private:
-  std::map<std::string, double> best_;
+  std::vector<Run> runs_;
 };
 
 class NullReporter : public benchmark::BenchmarkReporter {
  public:
   bool ReportContext(const Context&) override { return true; }
   void ReportRuns(const std::vector<Run>&) override {}
+};
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
+/// Holds /dev/cpu_dma_latency at 0 while alive (see the top of the file); `status` says how.
+class KeepCpusAwake {
+ public:
+  explicit KeepCpusAwake(bool wanted) {
+    if (!wanted) {
+      status = "not held (--comm_keep_cpus_awake=0): idle CPUs may halt";
+      return;
+    }
+    fd_ = ::open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
+    const std::int32_t zero = 0;
+    if (fd_ >= 0 && ::write(fd_, &zero, sizeof zero) == static_cast<ssize_t>(sizeof zero)) {
+      status = "held at 0 us: idle CPUs poll instead of halting";
+    } else {
+      status = std::string("could not be held (") + std::strerror(errno) +
+               "): idle CPUs may halt and wake-ups may wait for a timer tick";
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~KeepCpusAwake() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  KeepCpusAwake(const KeepCpusAwake&) = delete;
+  KeepCpusAwake& operator=(const KeepCpusAwake&) = delete;
+  std::string status;
+
+ private:
+  int fd_ = -1;
 };
 
 }  // namespace
@@ -178,44 +342,53 @@ int main(int argc, char** argv) {
                    argv[0]);
     return 2;
   }
-  // Rank 1 only echoes: it reports nothing and must not write rank 0's --benchmark_out file.
-  std::vector<char*> args(argv, argv + argc);
-  if (group.rank() != 0)
-    args.erase(std::remove_if(
-                   args.begin() + 1, args.end(),
-                   [](const char* a) { return std::string(a).rfind("--benchmark_out", 0) == 0; }),
-               args.end());
+  // Our own flags, taken out before Google Benchmark sees the arguments. Rank 1 only echoes: it
+  // reports nothing and must not write rank 0's --benchmark_out file.
+  std::vector<char*> args{argv[0]};
+  bool keep_awake = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const std::string value = a.substr(a.find('=') + 1);
+    if (a.rfind("--comm_blocks_scale=", 0) == 0) {
+      blocks_scale = std::atof(value.c_str());
+      if (!(blocks_scale > 0)) {
+        std::fprintf(stderr, "comm_bench: --comm_blocks_scale needs a positive number (got %s)\n",
+                     a.c_str());
+        return 2;
+      }
+    } else if (a.rfind("--comm_trips_out=", 0) == 0) {
+      trips_dir = value;
+    } else if (a.rfind("--comm_keep_cpus_awake=", 0) == 0) {
+      keep_awake = value != "0" && value != "false";
+    } else if (group.rank() == 0 || a.rfind("--benchmark_out", 0) != 0) {
+      args.push_back(argv[i]);
+    }
+  }
   int arg_count = static_cast<int>(args.size());
   benchmark::Initialize(&arg_count, args.data());
 
-  const std::vector<std::int64_t> sizes{4,         64,      1024,    16 << 10,
-                                        256 << 10, 1 << 20, 4 << 20, 16 << 20};
-  const std::vector<std::string> layers{"ProcessGroup", Policy<mpp::Blocking<mpp::Gloo>>::name,
-                                        Policy<mpp::Async<mpp::Gloo>>::name};
-  // Size by size, the layers one after the other, so that load changes hit them alike.
-  for (auto bytes : sizes) {
-    auto add = [&](const char* layer, void (*fn)(benchmark::State&)) {
-      benchmark::RegisterBenchmark((std::string("p2p/") + layer).c_str(), fn)
-          ->ArgNames({"bytes"})
-          ->Arg(bytes)
-          ->Iterations(iterations_for(bytes))
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
-    };
-    add(RawGloo::name, bm_round_trip<RawGloo>);
-    add(PlainGroup::name, bm_round_trip<PlainGroup>);
-    add(Policy<mpp::Blocking<mpp::Gloo>>::name, bm_round_trip<Policy<mpp::Blocking<mpp::Gloo>>>);
-    add(Policy<mpp::Async<mpp::Gloo>>::name, bm_round_trip<Policy<mpp::Async<mpp::Gloo>>>);
-  }
+  for (std::int64_t bytes : {std::int64_t{4}, std::int64_t{64}, std::int64_t{1024},
+                             std::int64_t{16} << 10, std::int64_t{256} << 10, std::int64_t{1} << 20,
+                             std::int64_t{4} << 20, std::int64_t{16} << 20})
+    benchmark::RegisterBenchmark("p2p", bm_p2p)
+        ->ArgNames({"bytes"})
+        ->Arg(bytes)
+        ->Iterations(blocks_for(bytes))
+        ->Unit(benchmark::kMicrosecond)
+        ->UseManualTime();
 
+  const KeepCpusAwake awake(keep_awake);
   if (group.rank() == 0) {
     mpp::util::print_blas_report(at::get_num_threads());
     std::printf("ranks: 2 processes on %s, Gloo over %s\n",
                 mpp::environment().single_host() ? "one host" : "several hosts",
                 mpp::environment().single_host() ? "loopback" : "the network");
+    std::printf("/dev/cpu_dma_latency: %s\n", awake.status.c_str());
+    std::printf("load average before: %s\n", load_average().c_str());
     SummaryReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
-    reporter.print_overheads(sizes, layers);
+    reporter.print_summary(5.0);
+    std::printf("load average after: %s\n", load_average().c_str());
   } else {
     NullReporter quiet;
     benchmark::RunSpecifiedBenchmarks(&quiet);

@@ -1,7 +1,9 @@
 // Data-parallel throughput: naive DP (per tensor, coalesced) and DDP (bucket caps 1-100 MiB,
 // async and blocking) on the course's model and on a compute-bound one, plus the single-process
 // baseline that "ideal = world size x single" refers to. Samples/s are global samples
-// (items_per_second).
+// (items_per_second). DDP over Shm (all-reduce through shared memory) runs on a second group of
+// the same ranks; AllReduce<...>/64MiB compares the two backends on the compute-bound model's
+// gradient volume alone, with the CPU time the whole process spends per all-reduce.
 //
 //   mpprun --nproc-per-node 2 ./dp_bench [--benchmark_filter=...] [--benchmark_out=dp.json]
 //
@@ -13,12 +15,17 @@
 #include <torch/optim/adam.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/ones.h>
+
+#include <time.h>
 
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel.hpp"
@@ -39,7 +46,23 @@ constexpr Config course{"course_h128_b32", 128, 32, 300};
 constexpr Config compute_bound{"compute_h1024_b128", 1024, 128, 12};
 constexpr int warmup_steps = 3;
 
-mpp::ProcessGroup* world = nullptr;
+mpp::ProcessGroup* world = nullptr;      // Gloo
+mpp::ProcessGroup* shm_world = nullptr;  // the same ranks over Shm
+
+template <class Backend>
+const mpp::ProcessGroup& group_for() {
+  if constexpr (std::is_same_v<Backend, mpp::Shm>)
+    return *shm_world;
+  else
+    return *world;
+}
+
+/// CPU seconds of the whole process (every thread: compute, Gloo's, the Shm worker).
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 struct Trainer {
   torch::nn::Sequential model;
@@ -88,12 +111,29 @@ void ddp(benchmark::State& state, const Config& c) {
   world->barrier();
   Trainer t(c, c.global_batch / world->size());
   const auto cap = static_cast<std::size_t>(state.range(0)) * 1024 * 1024;
-  auto d = std::make_shared<mpp::DDP<Comm>>(*t.model, *world, mpp::DdpOptions{.bucket_bytes = cap});
+  auto d = std::make_shared<mpp::DDP<Comm>>(*t.model, group_for<typename Comm::backend>(),
+                                            mpp::DdpOptions{.bucket_bytes = cap});
   t.keep = d;
   run(state, t, c);
   state.counters["buckets"] = static_cast<double>(d->buckets().buckets.size());
   state.counters["exposed_comm_ms_per_step"] =
       1e3 * d->comm_wait_seconds() / static_cast<double>(state.iterations() + warmup_steps);
+}
+
+/// One all-reduce (sum) of `state.range(0)` MiB of float32, as DDP's buckets of the
+/// compute-bound model add up to (16 x 1024 x 1024 weights = 64 MiB).
+template <class Backend>
+void all_reduce(benchmark::State& state) {
+  const auto& group = group_for<Backend>();
+  const auto floats = state.range(0) * 1024 * 1024 / 4;
+  at::Tensor t = at::ones({floats});
+  group.all_reduce(t);  // first touch of the buffers
+  world->barrier();
+  const double cpu_start = process_cpu_seconds();
+  for (auto _ : state) group.all_reduce(t);
+  state.counters["process_cpu_ms_per_op"] =
+      1e3 * (process_cpu_seconds() - cpu_start) / static_cast<double>(state.iterations());
+  state.SetBytesProcessed(state.iterations() * floats * 4);
 }
 
 void single(benchmark::State& state, const Config& c) {
@@ -136,6 +176,14 @@ void register_all(const Config& c) {
       ->Iterations(c.iterations)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
+  benchmark::RegisterBenchmark(("DDP<Async<Shm>>" + suffix).c_str(), ddp<mpp::Async<mpp::Shm>>, c)
+      ->ArgNames({"bucket_mb"})
+      ->Arg(5)
+      ->Arg(25)
+      ->Arg(100)
+      ->Iterations(c.iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
   benchmark::RegisterBenchmark(("DDP<Blocking<Gloo>>" + suffix).c_str(),
                                ddp<mpp::Blocking<mpp::Gloo>>, c)
       ->ArgNames({"bucket_mb"})
@@ -158,8 +206,20 @@ int main(int argc, char** argv) {
     argc = kept;
   }
   benchmark::Initialize(&argc, argv);
+  std::vector<int> everyone;
+  for (int r = 0; r < group.size(); ++r) everyone.push_back(r);
+  auto shm = group.new_group<mpp::Shm>(everyone);
+  shm_world = &shm;
   register_all(course);
   register_all(compute_bound);
+  for (auto [name, fn] : {std::pair{"AllReduce<Gloo>", &all_reduce<mpp::Gloo>},
+                          std::pair{"AllReduce<Shm>", &all_reduce<mpp::Shm>}})
+    benchmark::RegisterBenchmark(name, fn)
+        ->ArgNames({"mib"})
+        ->Arg(64)
+        ->Iterations(20)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   if (group.rank() == 0) {
     mpp::util::print_blas_report(at::get_num_threads());
     std::printf("ranks: %d, one thread each; samples/s = global samples per second\n",

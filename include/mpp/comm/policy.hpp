@@ -3,6 +3,7 @@
 // policy lists name these types without pulling in LibTorch. The behaviour behind each tag lives
 // in mpp/comm/ headers that do include c10d.
 #include <concepts>
+#include <cstddef>
 #include <string_view>
 
 #include "mpp/schedule/comm_semantics.hpp"
@@ -15,6 +16,15 @@ struct Gloo {
 };
 struct Nccl {
   static constexpr std::string_view name = "Nccl";
+};
+/// Ranks of one host: all-reduce through a shared-memory segment, every other operation through
+/// Gloo (mpp/comm/shm_group.hpp). Refused at creation when the ranks are on several hosts.
+struct Shm {
+  static constexpr std::string_view name = "Shm";
+  /// Bytes of a tensor copied and reduced per step; the segment holds buffers x ranks of them.
+  static constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
+  /// Chunks a rank may copy in ahead of the slowest peer.
+  static constexpr std::size_t buffers = 4;
 };
 
 template <class B>

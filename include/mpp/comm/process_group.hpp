@@ -13,6 +13,9 @@
 //   else                   world.recv(x, 0, 0);
 //   world.all_reduce(grad);                           // sum over the ranks
 //
+// init_process_group<Shm>() (or world.new_group<Shm>(ranks)) gives a group whose all-reduces of
+// float tensors go through shared memory when every rank shares this host (shm_group.hpp).
+//
 // Ranks passed to p2p calls are ranks *of this group* (they equal global ranks for the world).
 // Every wait has a deadline (CommOptions::timeout); on expiry CommTimeout names the operation
 // and the peer. Tensors may have any CPU dtype and any strides.
@@ -38,6 +41,7 @@
 #include "mpp/comm/error.hpp"
 #include "mpp/comm/reduce_op.hpp"
 #include "mpp/comm/request.hpp"
+#include "mpp/comm/shm_group.hpp"
 #include "mpp/comm/store.hpp"
 #include "mpp/comm/topology.hpp"
 
@@ -461,6 +465,19 @@ class ProcessGroup {
   /// in the same order relative to other new_group calls; ranks not in the list get a handle
   /// with is_member() == false.
   ProcessGroup new_group(std::vector<int> ranks) const {
+    return make_sub_group(std::move(ranks), member().make, member().backend);
+  }
+
+  /// The same over another backend, e.g. a Shm group of the ranks of a Gloo world:
+  /// `world.new_group<mpp::Shm>({0, 1})`.
+  template <comm_backend Backend>
+  ProcessGroup new_group(std::vector<int> ranks) const {
+    return make_sub_group(std::move(ranks), &backend_traits<Backend>::make, Backend::name);
+  }
+
+ private:
+  ProcessGroup make_sub_group(std::vector<int> ranks, detail::MakeGroupFn make,
+                              std::string_view backend) const {
     auto& s = member();
     if (ranks.empty()) throw std::invalid_argument("mpp: new_group needs at least one rank");
     for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -475,8 +492,8 @@ class ProcessGroup {
     auto child = std::make_shared<detail::GroupState>();
     child->store = s.store;
     child->device = s.device;
-    child->make = s.make;
-    child->backend = s.backend;
+    child->make = make;
+    child->backend = backend;
     child->options = s.options;
     child->global_rank = s.global_rank;
     child->store_host = s.store_host;
@@ -488,7 +505,8 @@ class ProcessGroup {
 
     // Agree on the membership before connecting, so that ranks that were given different
     // lists fail with a message instead of a timeout inside Gloo.
-    const std::string view = detail::rank_list(child->global_ranks);
+    const std::string view =
+        detail::rank_list(child->global_ranks) + " over " + std::string(backend);
     const auto deadline = std::chrono::steady_clock::now() + s.options.init_timeout;
     s.store->set(child->prefix + "/members/" + std::to_string(child->rank),
                  std::vector<uint8_t>(view.begin(), view.end()));
@@ -521,6 +539,7 @@ class ProcessGroup {
     return ProcessGroup(child);
   }
 
+ public:
   /// Cuts this group into disjoint groups (e.g. the rows or the columns of a 2-D mesh) and
   /// returns the one this rank belongs to. Same rules as new_group: every rank calls it with
   /// the same lists.

@@ -1,0 +1,967 @@
+#pragma once
+// The Shm backend: ranks of one host all-reduce through a shared-memory segment instead of TCP
+// over loopback, where every byte crosses the kernel twice each way and Gloo's threads compete
+// with compute for the cores. Every other operation (p2p, broadcast, barrier, gathers, and
+// all-reduces of other dtypes or of bitwise ops) goes to an inner Gloo group, built exactly as
+// the Gloo backend builds it.
+//
+// An all-reduce runs on the group's worker thread, in submission order. The tensor is cut into
+// chunks of Shm::chunk_bytes; chunk k uses buffer k % Shm::buffers of the segment, which holds
+// one slot per rank:
+//   1. copy my piece of chunk k into my slot (once every rank has finished reading what that
+//      buffer held Shm::buffers chunks ago), then publish arrived[me] = k; copy further chunks
+//      in the same way while buffers are free, so a late peer finds them ready;
+//   2. wait until every rank has arrived at k;
+//   3. reduce the whole chunk from every slot, in rank order, straight into my tensor, then
+//      publish consumed[me] = k.
+// Every rank runs the same code on the same bytes in the same order: replicas get the same bits.
+// For 2 ranks this moves less memory than each rank reducing a 1/world slice into a shared
+// result that all then copy out (3 reads + 2 writes per element instead of 3 + 2.5), and it
+// needs one rendezvous per chunk instead of two: on 2 cores shared with compute, where a peer's
+// worker is often not running at the moment it is waited for, that decides the step time
+// (docs/13-ddp.md). The counters only grow (sequence numbers), so nothing is reset between
+// collectives. Every wait spins briefly, then sleeps on a futex in short slices until the group's
+// deadline; a peer whose process is gone is noticed within ~0.1 s and named.
+//
+// The segment (/dev/shm/mpp-shm-<pid>-<random>) is created by rank 0 and unlinked as soon as every
+// rank has mapped it, so nothing is left behind however the job ends afterwards.
+#include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include "mpp/comm/backend.hpp"
+#include "mpp/comm/error.hpp"
+#include "mpp/comm/policy.hpp"
+
+namespace mpp {
+
+namespace detail::shm {
+
+using Clock = std::chrono::steady_clock;
+using RedOp = c10d::ReduceOp::RedOpType;
+
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
+                  sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t),
+              "mpp: the Shm backend waits on its counters with futexes: it needs lock-free "
+              "32-bit atomics");
+
+constexpr std::uint64_t segment_magic = 0x316d68732d70706dULL;  // "mpp-shm1"
+
+constexpr std::size_t max_buffers = 16;
+
+/// One counter per cache line, so ranks publishing progress do not invalidate each other's.
+struct alignas(64) Counter {
+  std::atomic<std::uint32_t> value;
+};
+
+/// What a rank put into a chunk; compared across ranks to catch collectives called differently.
+struct ChunkTag {
+  std::uint64_t op;  // number of the all-reduce on this group (1, 2, ...)
+  std::int64_t numel;
+  std::int32_t dtype;
+  std::int32_t reduce;
+};
+
+struct alignas(64) RankBlock {
+  Counter arrived;            // chunks this rank has copied in
+  Counter consumed;           // chunks this rank has finished reading
+  ChunkTag tag[max_buffers];  // per buffer; written before `arrived` is released
+  std::int32_t pid;
+};
+
+struct alignas(64) Header {
+  std::uint64_t magic;
+  std::uint64_t chunk_bytes;
+  std::uint64_t buffers;
+  std::uint32_t world;
+};
+
+struct Layout {
+  std::size_t chunk_bytes = 0;
+  std::size_t buffers = 0;
+  int world = 0;
+  std::size_t blocks = 0;  // offset of the rank blocks
+  std::size_t data = 0;    // offset of the buffers
+  std::size_t total = 0;
+  Layout() = default;
+  Layout(std::size_t chunk, std::size_t depth, int ranks)
+      : chunk_bytes(chunk), buffers(depth), world(ranks) {
+    blocks = sizeof(Header);
+    data = (blocks + sizeof(RankBlock) * static_cast<std::size_t>(ranks) + 4095) / 4096 * 4096;
+    total = data + depth * static_cast<std::size_t>(ranks) * chunk;
+  }
+};
+
+/// Counters wrap around at 2^32 chunks; compare them as distances.
+inline bool reached(std::uint32_t value, std::uint32_t target) {
+  return static_cast<std::int32_t>(value - target) >= 0;
+}
+
+inline void futex_wake_all(std::atomic<std::uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
+}
+
+/// Sleeps while `word` still holds `seen`, at most `limit` (spurious returns are fine).
+inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen,
+                       std::chrono::microseconds limit) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(limit.count() / 1'000'000);
+  ts.tv_nsec = static_cast<long>(limit.count() % 1'000'000) * 1000;
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+inline std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+inline std::string duration_text(std::chrono::milliseconds d) {
+  if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + " s";
+  return std::to_string(d.count()) + " ms";
+}
+
+inline std::string op_text(RedOp op) {
+  switch (op) {
+    case RedOp::SUM:
+      return "sum";
+    case RedOp::AVG:
+      return "avg";
+    case RedOp::PRODUCT:
+      return "product";
+    case RedOp::MIN:
+      return "min";
+    case RedOp::MAX:
+      return "max";
+    default:
+      return "op " + std::to_string(static_cast<int>(op));
+  }
+}
+
+inline std::string tag_text(const ChunkTag& t) {
+  return "all_reduce #" + std::to_string(t.op) + " of " +
+         c10::toString(static_cast<at::ScalarType>(t.dtype)) + "[" + std::to_string(t.numel) +
+         "] " + op_text(static_cast<RedOp>(t.reduce));
+}
+
+/// A process that no longer runs (or is a zombie waiting to be reaped).
+inline bool process_gone(std::int32_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return false;
+  return text[close + 2] == 'Z' || text[close + 2] == 'X';
+}
+
+/// Which host this process runs on: the host name and the kernel's boot id (two machines can
+/// share a name). MPP_SHM_HOST_ID overrides it, for containers of one host that share /dev/shm
+/// but not their host names.
+inline std::string host_identity() {
+  if (const char* id = std::getenv("MPP_SHM_HOST_ID"); id != nullptr && *id) return id;
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  return std::string(name) + " (boot " + boot_id + ")";
+}
+
+inline std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+
+inline std::string text_of(const std::vector<uint8_t>& bytes) {
+  return {bytes.begin(), bytes.end()};
+}
+
+/// Waits until `<base><r>` exists for every rank r; past the deadline throws naming the missing.
+inline void wait_for_ranks(c10d::Store& store, const std::string& base, int size,
+                           Clock::time_point deadline, std::chrono::milliseconds timeout,
+                           const std::string& what) {
+  std::vector<int> missing;
+  for (int r = 0; r < size; ++r) missing.push_back(r);
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    std::vector<int> still;
+    for (int r : missing)
+      if (!store.check({base + std::to_string(r)})) still.push_back(r);
+    missing = std::move(still);
+    if (missing.empty()) return;
+    if (Clock::now() >= deadline)
+      throw CommTimeout("init", missing.front(), timeout,
+                        "mpp: creating the Shm group timed out: rank(s) " + rank_list(missing) +
+                            " did not " + what + " within " + duration_text(timeout) +
+                            "; they exited, crashed or are stuck during start-up (look at their "
+                            "logs)");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+/// Refuses a group whose ranks are not all on this host: they could not share the segment.
+inline void check_one_host(c10d::Store& store, int rank, int size,
+                           std::chrono::milliseconds timeout) {
+  const std::string mine = host_identity();
+  store.set("shm/host/" + std::to_string(rank), bytes_of(mine));
+  wait_for_ranks(store, "shm/host/", size, Clock::now() + timeout, timeout, "report their host");
+  std::vector<std::string> hosts;
+  for (int q = 0; q < size; ++q)
+    hosts.push_back(text_of(store.get("shm/host/" + std::to_string(q))));
+  for (int q = 0; q < size; ++q) {
+    if (hosts[static_cast<std::size_t>(q)] == mine) continue;
+    // Every rank fails alike; the one serving the store must not leave (and close it) before
+    // the others have read the hosts, so all say who is where before throwing.
+    try {
+      store.set("shm/host-seen/" + std::to_string(rank), bytes_of("1"));
+      wait_for_ranks(
+          store, "shm/host-seen/", size,
+          Clock::now() + std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)),
+          timeout, "compare hosts");
+    } catch (const std::exception&) {
+      // a peer already left: what this rank reports is known
+    }
+    throw CommError("init", q,
+                    "mpp: the Shm backend needs every rank of the group on one host, but rank " +
+                        std::to_string(q) + " runs on '" + hosts[static_cast<std::size_t>(q)] +
+                        "' and rank " + std::to_string(rank) + " on '" + mine +
+                        "'; use Gloo across hosts (init_process_group<Gloo>(), "
+                        "DDP<Async<Gloo>>), or Shm only for a sub-group of ranks that share a "
+                        "host");
+  }
+}
+
+/// A mapped shared-memory segment; unlinks its name at the latest when destroyed.
+class Segment {
+ public:
+  Segment(std::string name, void* base, std::size_t size)
+      : name_(std::move(name)), base_(static_cast<char*>(base)), size_(size) {}
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment() {
+    unlink();
+    if (base_ != nullptr) ::munmap(base_, size_);
+  }
+
+  /// Removes the name (the mapping stays valid); idempotent, and a peer may have done it first.
+  void unlink() {
+    if (unlinked_) return;
+    unlinked_ = true;
+    ::shm_unlink(name_.c_str());
+  }
+
+  char* base() const { return base_; }
+  std::size_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  char* base_;
+  std::size_t size_;
+  bool unlinked_ = false;
+};
+
+inline std::string errno_text(int error) { return std::strerror(error); }
+
+inline std::unique_ptr<Segment> map_fd(int fd, const std::string& name, std::size_t size) {
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int error = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    throw CommError("init", -1,
+                    "mpp: cannot map the shared-memory segment " + name + " (" +
+                        std::to_string(size >> 20) + " MiB): " + errno_text(error) +
+                        "; use Gloo, or lower Shm::chunk_bytes");
+  }
+  return std::make_unique<Segment>(name, base, size);
+}
+
+/// Rank 0 creates the segment and publishes its name; every rank maps it and says so; the name
+/// is unlinked once all have, so a crash later leaves nothing in /dev/shm.
+inline std::unique_ptr<Segment> open_segment(c10d::Store& store, int rank, int size,
+                                             const Layout& layout,
+                                             std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::unique_ptr<Segment> segment;
+  if (rank == 0) {
+    std::random_device random;
+    char suffix[32];
+    std::snprintf(suffix, sizeof(suffix), "%08x%08x", random(), random());
+    const std::string name = "/mpp-shm-" + std::to_string(::getpid()) + "-" + std::string(suffix);
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+      throw CommError("init", -1,
+                      "mpp: cannot create the shared-memory segment /dev/shm" + name + ": " +
+                          errno_text(errno) +
+                          "; check that /dev/shm is mounted and writable, or "
+                          "use Gloo");
+    // Reserve the pages now: on a full /dev/shm a later first touch would be a SIGBUS.
+    if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(layout.total)); error != 0) {
+      ::close(fd);
+      ::shm_unlink(name.c_str());
+      throw CommError("init", -1,
+                      "mpp: cannot reserve " + std::to_string(layout.total >> 20) +
+                          " MiB in /dev/shm for the Shm backend: " + errno_text(error) +
+                          "; enlarge /dev/shm (e.g. docker --shm-size), lower Shm::chunk_bytes "
+                          "or use Gloo");
+    }
+    segment = map_fd(fd, name, layout.total);
+    auto* header = reinterpret_cast<Header*>(segment->base());
+    header->magic = segment_magic;
+    header->chunk_bytes = layout.chunk_bytes;
+    header->buffers = layout.buffers;
+    header->world = static_cast<std::uint32_t>(size);
+    store.set("shm/name", bytes_of(name));
+  } else {
+    auto pause = std::chrono::milliseconds(1);
+    while (!store.check({"shm/name"})) {
+      if (Clock::now() >= deadline)
+        throw CommTimeout("init", 0, timeout,
+                          "mpp: creating the Shm group timed out: rank 0 did not publish the "
+                          "shared-memory segment within " +
+                              duration_text(timeout) + "; it exited, crashed or is stuck");
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
+    const std::string name = text_of(store.get("shm/name"));
+    const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0)
+      throw CommError("init", 0,
+                      "mpp: rank " + std::to_string(rank) +
+                          " cannot open the shared-memory segment /dev/shm" + name +
+                          " created by rank 0: " + errno_text(errno) +
+                          "; the ranks do not share /dev/shm (separate containers?): use Gloo");
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != layout.total) {
+      ::close(fd);
+      throw CommError("init", 0,
+                      "mpp: the shared-memory segment " + name + " has " +
+                          std::to_string(info.st_size) + " bytes, this rank expects " +
+                          std::to_string(layout.total) +
+                          "; every rank must be built with the same Shm::chunk_bytes");
+    }
+    segment = map_fd(fd, name, layout.total);
+    const auto* header = reinterpret_cast<const Header*>(segment->base());
+    if (header->magic != segment_magic || header->chunk_bytes != layout.chunk_bytes ||
+        header->buffers != layout.buffers || header->world != static_cast<std::uint32_t>(size))
+      throw CommError("init", 0,
+                      "mpp: the shared-memory segment " + name +
+                          " was laid out for another group (chunk or world size differ); every "
+                          "rank must run the same build");
+  }
+  auto* block = reinterpret_cast<RankBlock*>(segment->base() + layout.blocks) + rank;
+  block->pid = static_cast<std::int32_t>(::getpid());
+  store.set("shm/mapped/" + std::to_string(rank), bytes_of("1"));
+  wait_for_ranks(store, "shm/mapped/", size, deadline, timeout, "map the shared-memory segment");
+  segment->unlink();
+  return segment;
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+
+template <class T, class F>
+void combine(T* out, const T* a, const T* b, std::size_t n, F f) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+}
+
+template <class T>
+void fold(T* out, const std::vector<const T*>& in, std::size_t n, RedOp op) {
+  auto apply = [&](auto f) {
+    combine(out, in[0], in[1], n, f);
+    for (std::size_t q = 2; q < in.size(); ++q) combine(out, out, in[q], n, f);
+  };
+  switch (op) {
+    case RedOp::SUM:
+    case RedOp::AVG:
+      apply([](T a, T b) { return a + b; });
+      break;
+    case RedOp::PRODUCT:
+      apply([](T a, T b) { return a * b; });
+      break;
+    case RedOp::MIN:
+      apply([](T a, T b) { return b < a ? b : a; });
+      break;
+    case RedOp::MAX:
+      apply([](T a, T b) { return a < b ? b : a; });
+      break;
+    default:
+      throw std::logic_error("mpp: Shm reduction of an unsupported op");
+  }
+  if (op == RedOp::AVG) {
+    const T ranks = static_cast<T>(in.size());
+    for (std::size_t i = 0; i < n; ++i) out[i] = out[i] / ranks;
+  }
+}
+
+/// Reduces `n` elements of every rank's slot (in rank order) into `out`. bfloat16 is widened to
+/// float32 and rounded once at the end, as Gloo's path in mpp does.
+inline void reduce_chunk(at::ScalarType dtype, RedOp op, void* out,
+                         const std::vector<const char*>& in, std::size_t n,
+                         std::vector<float>& scratch) {
+  if (n == 0) return;
+  switch (dtype) {
+    case at::kFloat: {
+      std::vector<const float*> p;
+      for (auto* s : in) p.push_back(reinterpret_cast<const float*>(s));
+      fold(static_cast<float*>(out), p, n, op);
+      return;
+    }
+    case at::kDouble: {
+      std::vector<const double*> p;
+      for (auto* s : in) p.push_back(reinterpret_cast<const double*>(s));
+      fold(static_cast<double*>(out), p, n, op);
+      return;
+    }
+    case at::kBFloat16: {
+      scratch.resize(n * in.size());
+      std::vector<const float*> p;
+      for (std::size_t q = 0; q < in.size(); ++q) {
+        const auto* src = reinterpret_cast<const c10::BFloat16*>(in[q]);
+        float* wide = scratch.data() + q * n;
+        for (std::size_t i = 0; i < n; ++i) wide[i] = static_cast<float>(src[i]);
+        p.push_back(wide);
+      }
+      float* acc = scratch.data();  // overwrites rank 0's widened copy, element by element
+      fold(acc, p, n, op);
+      auto* dst = static_cast<c10::BFloat16*>(out);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = c10::BFloat16(acc[i]);
+      return;
+    }
+    default:
+      throw std::logic_error("mpp: Shm reduction of an unsupported dtype");
+  }
+}
+
+/// What the worker is blocked on, for the message of a caller whose wait runs out first.
+struct Progress {
+  std::mutex mutex;
+  std::uint64_t running = 0;  // the all-reduce being executed (0: none)
+  std::string waiting;        // set while the worker sleeps on peers
+
+  std::string describe(std::uint64_t number) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::string s;
+    if (running != 0 && running < number)
+      s = "it has not started: all_reduce #" + std::to_string(running) +
+          " before it is still running";
+    else
+      s = "it is running";
+    if (!waiting.empty()) s += " (" + waiting + ")";
+    return s;
+  }
+};
+
+}  // namespace detail::shm
+
+/// The Work of a Shm all-reduce (or of a barrier queued behind them): completed by the group's
+/// worker thread. Its wait() names what the worker waits for when the caller's deadline passes.
+class ShmWork : public c10d::Work {
+ public:
+  ShmWork(int rank, c10d::OpType type, std::uint64_t number,
+          std::shared_ptr<detail::shm::Progress> progress)
+      : c10d::Work(rank, type), number_(number), progress_(std::move(progress)) {}
+
+  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout == ::kNoTimeout) {
+      cv_.wait(lock, [&] { return completed_; });
+    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      lock.unlock();
+      throw std::runtime_error(
+          "mpp: " + std::string(barrier_ ? "barrier after " : "") + "all_reduce #" +
+          std::to_string(number_) + " over shared memory timed out after " +
+          detail::shm::duration_text(timeout) + ": " + progress_->describe(number_));
+    }
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+
+  std::uint64_t number() const { return number_; }
+
+ private:
+  friend class ShmProcessGroup;
+  void complete(std::exception_ptr error) { finish(std::move(error)); }
+
+  std::uint64_t number_;
+  std::shared_ptr<detail::shm::Progress> progress_;
+  // what to run
+  bool barrier_ = false;
+  c10d::BarrierOptions barrier_options_;
+  at::Tensor data_;    // contiguous: the caller's tensor, or a staging copy of it
+  at::Tensor target_;  // the caller's tensor when data_ is a staging copy
+  detail::shm::RedOp op_ = detail::shm::RedOp::SUM;
+};
+
+/// A c10d process group for ranks of one host: all-reduce of CPU float32/float64/bfloat16 with
+/// sum, avg, product, min or max through shared memory; everything else through `inner` (Gloo).
+class ShmProcessGroup : public c10d::ProcessGroup {
+ public:
+  /// A collective: every rank of the group constructs it with the same store and chunk size.
+  ShmProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                  c10::intrusive_ptr<c10d::ProcessGroup> inner, std::size_t chunk_bytes,
+                  std::size_t buffers, std::chrono::milliseconds timeout)
+      : c10d::ProcessGroup(rank, size),
+        inner_(std::move(inner)),
+        layout_(chunk_bytes, buffers, size),
+        timeout_(timeout),
+        progress_(std::make_shared<detail::shm::Progress>()) {
+    if (buffers < 2 || buffers > detail::shm::max_buffers)
+      throw std::invalid_argument("mpp: Shm::buffers must be between 2 and " +
+                                  std::to_string(detail::shm::max_buffers) + " (got " +
+                                  std::to_string(buffers) + ")");
+    if (chunk_bytes < 4096 || chunk_bytes % 64 != 0)
+      throw std::invalid_argument(
+          "mpp: Shm::chunk_bytes must be a multiple of 64 and at least 4096 (got " +
+          std::to_string(chunk_bytes) + ")");
+    if (size > 1) {
+      segment_ = detail::shm::open_segment(*store, rank, size, layout_, timeout);
+      for (int q = 0; q < size; ++q) {
+        const std::int32_t pid = block(q).pid;
+        // A peer in another pid namespace cannot be watched; it is still bounded by the deadline.
+        watchable_.push_back(pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM));
+      }
+      worker_ = std::thread([this] { run(); });
+    }
+    init();
+  }
+
+  ~ShmProcessGroup() override {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  const std::string getBackendName() const override { return "mpp-shm"; }
+
+  /// The segment's name under /dev/shm (already unlinked once the group exists); empty for 1 rank.
+  std::string segment_name() const { return segment_ ? segment_->name() : std::string(); }
+  c10d::ProcessGroup& inner() const { return *inner_; }
+  std::size_t chunk_bytes() const { return layout_.chunk_bytes; }
+
+  /// Whether an all-reduce goes through shared memory (the same answer on every rank, since the
+  /// ranks pass tensors of the same dtype and the same op).
+  bool handles(const std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) const {
+    if (size_ == 1 || tensors.size() != 1) return false;
+    const at::Tensor& t = tensors.front();
+    if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided) return false;
+    const auto dtype = t.scalar_type();
+    if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16) return false;
+    switch (opts.reduceOp.op_) {
+      case detail::shm::RedOp::SUM:
+      case detail::shm::RedOp::AVG:
+      case detail::shm::RedOp::PRODUCT:
+      case detail::shm::RedOp::MIN:
+      case detail::shm::RedOp::MAX:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override {
+    if (!handles(tensors, opts)) return inner_->allreduce(tensors, opts);
+    const at::Tensor& t = tensors.front();
+    auto work =
+        c10::make_intrusive<ShmWork>(rank_, c10d::OpType::ALLREDUCE, ++submitted_, progress_);
+    work->op_ = opts.reduceOp.op_;
+    if (t.is_contiguous()) {
+      work->data_ = t;
+    } else {  // reduced in a contiguous copy, written back by the worker
+      work->data_ = t.contiguous();
+      work->target_ = t;
+    }
+    enqueue(work);
+    return work;
+  }
+
+  /// Waits for the all-reduces submitted before it, then for Gloo's barrier (c10d's contract:
+  /// a barrier completes after the group's earlier collectives).
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override {
+    if (!worker_.joinable()) return inner_->barrier(opts);
+    auto work = c10::make_intrusive<ShmWork>(rank_, c10d::OpType::BARRIER, submitted_, progress_);
+    work->barrier_ = true;
+    work->barrier_options_ = opts;
+    enqueue(work);
+    return work;
+  }
+
+  // ---- everything else is Gloo's -------------------------------------------------------------
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override {
+    return inner_->broadcast(tensors, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override {
+    return inner_->allreduce_coalesced(tensors, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override {
+    return inner_->reduce(tensors, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override {
+    return inner_->allgather(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override {
+    return inner_->_allgather_base(output, input, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override {
+    return inner_->allgather_coalesced(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override {
+    return inner_->gather(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override {
+    return inner_->scatter(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override {
+    return inner_->reduce_scatter(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override {
+    return inner_->_reduce_scatter_base(output, input, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_counts,
+      std::vector<int64_t>& input_counts,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override {
+    return inner_->alltoall_base(output, input, output_counts, input_counts, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override {
+    return inner_->alltoall(outputs, inputs, opts);
+  }
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks = false) override {
+    inner_->monitoredBarrier(opts, wait_all_ranks);
+  }
+  void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    return inner_->send(tensors, dst, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    return inner_->recv(tensors, src, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    return inner_->recvAnysource(tensors, tag);
+  }
+
+ private:
+  using RankBlock = detail::shm::RankBlock;
+  using Counter = detail::shm::Counter;
+
+  RankBlock& block(int q) const {
+    return reinterpret_cast<RankBlock*>(segment_->base() + layout_.blocks)[q];
+  }
+  char* slot(std::uint32_t chunk, int q) const {
+    const std::size_t buffer = chunk % layout_.buffers;
+    return segment_->base() + layout_.data +
+           (buffer * static_cast<std::size_t>(size_) + static_cast<std::size_t>(q)) *
+               layout_.chunk_bytes;
+  }
+
+  void enqueue(const c10::intrusive_ptr<ShmWork>& work) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      queue_.push_back(work);
+    }
+    queue_cv_.notify_one();
+  }
+
+  void run() {
+    // The worker needs little CPU but needs it at once: a peer waits on every chunk it holds
+    // back. A higher priority lets it preempt this rank's compute when woken (needs
+    // CAP_SYS_NICE; without it the worker runs at the default priority).
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), -10);
+    for (;;) {
+      c10::intrusive_ptr<ShmWork> work;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex_);
+        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        work = queue_.front();
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        if (work->barrier_) {
+          inner_->barrier(work->barrier_options_)->wait();
+        } else {
+          {
+            std::lock_guard<std::mutex> lock(progress_->mutex);
+            progress_->running = work->number();
+          }
+          if (!failure_.empty())
+            throw std::runtime_error("mpp: all_reduce #" + std::to_string(work->number()) +
+                                     " over shared memory was not run: an earlier one failed (" +
+                                     failure_ + ")");
+          all_reduce(*work);
+          if (work->target_.defined()) work->target_.copy_(work->data_);
+        }
+      } catch (const std::exception& e) {
+        // After a failure the ranks' counters disagree: the segment cannot be used again.
+        if (!work->barrier_ && failure_.empty()) failure_ = e.what();
+        error = std::current_exception();
+      }
+      work->data_ = at::Tensor();
+      work->target_ = at::Tensor();
+      work->complete(error);
+    }
+  }
+
+  void publish(Counter& counter, std::uint32_t value) {
+    counter.value.store(value, std::memory_order_release);
+    detail::shm::futex_wake_all(counter.value);
+  }
+
+  /// Waits until every peer's `which` counter reaches `target`: spins briefly, then sleeps on
+  /// the futex in slices, checking the deadline, the peers' processes and the group's end.
+  void wait_all(Counter RankBlock::*which, std::uint32_t target, const char* verb,
+                const ShmWork& work, std::size_t chunk, std::size_t chunks) {
+    using namespace std::chrono;
+    auto behind = [&](int q) {
+      return !detail::shm::reached((block(q).*which).value.load(std::memory_order_acquire), target);
+    };
+    bool late = false;
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      for (int spin = 0; spin < 2000 && behind(q); ++spin) detail::shm::cpu_relax();
+      late = late || behind(q);
+    }
+    if (!late) return;
+
+    const auto start = detail::shm::Clock::now();
+    const auto deadline = start + timeout_;
+    auto next_check = start + milliseconds(100);
+    const std::string where = "chunk " + std::to_string(chunk + 1) + " of " +
+                              std::to_string(chunks) + " of " + describe(work);
+    for (;;) {
+      std::vector<int> missing;
+      for (int q = 0; q < size_; ++q)
+        if (q != rank_ && behind(q)) missing.push_back(q);
+      if (missing.empty()) break;
+      {
+        std::lock_guard<std::mutex> lock(progress_->mutex);
+        progress_->waiting =
+            "waiting for rank(s) " + detail::shm::rank_list(missing) + " to " + verb + " " + where;
+      }
+      const auto now = detail::shm::Clock::now();
+      if (stopping_)
+        throw std::runtime_error("mpp: all_reduce #" + std::to_string(work.number()) +
+                                 " over shared memory was abandoned: the process group was "
+                                 "destroyed while waiting for rank(s) " +
+                                 detail::shm::rank_list(missing));
+      if (now >= deadline)
+        throw std::runtime_error(
+            "mpp: all_reduce #" + std::to_string(work.number()) +
+            " over shared memory timed out: rank(s) " + detail::shm::rank_list(missing) +
+            " did not " + verb + " " + where + " within " + detail::shm::duration_text(timeout_) +
+            "; they are stuck, dead, or calling collectives in another order (raise the deadline "
+            "with MPP_TIMEOUT_S if they are just slow)");
+      if (now >= next_check) {
+        next_check = now + milliseconds(100);
+        for (int q : missing)
+          if (watchable_[static_cast<std::size_t>(q)] && detail::shm::process_gone(block(q).pid))
+            throw std::runtime_error(
+                "mpp: all_reduce #" + std::to_string(work.number()) + " over shared memory: rank " +
+                std::to_string(q) + " (process " + std::to_string(block(q).pid) +
+                ") exited before it could " + verb + " " + where + "; look at its log");
+      }
+      auto& word = (block(missing.front()).*which).value;
+      const std::uint32_t seen = word.load(std::memory_order_acquire);
+      if (detail::shm::reached(seen, target)) continue;
+      const auto slice = std::min<detail::shm::Clock::duration>(milliseconds(20), deadline - now);
+      detail::shm::futex_wait(word, seen,
+                              std::max(duration_cast<microseconds>(slice), microseconds(1)));
+    }
+    std::lock_guard<std::mutex> lock(progress_->mutex);
+    progress_->waiting.clear();
+  }
+
+  std::string describe(const ShmWork& work) const {
+    return "all_reduce #" + std::to_string(work.number()) + " (" +
+           c10::toString(work.data_.scalar_type()) + "[" + std::to_string(work.data_.numel()) +
+           "] " + detail::shm::op_text(work.op_) + ")";
+  }
+
+  void all_reduce(ShmWork& work) {
+    const at::Tensor& data = work.data_;
+    const auto dtype = data.scalar_type();
+    const std::size_t element = data.element_size();
+    const std::size_t numel = static_cast<std::size_t>(data.numel());
+    if (numel == 0) return;
+    const std::size_t per_chunk = layout_.chunk_bytes / element;
+    const std::size_t chunks = (numel + per_chunk - 1) / per_chunk;
+    char* bytes = static_cast<char*>(data.data_ptr());
+    const detail::shm::ChunkTag tag{work.number(), static_cast<std::int64_t>(numel),
+                                    static_cast<std::int32_t>(dtype),
+                                    static_cast<std::int32_t>(work.op_)};
+    const std::uint32_t first = next_chunk_;
+    next_chunk_ += static_cast<std::uint32_t>(chunks);
+    RankBlock& mine = block(rank_);
+
+    const auto depth = static_cast<std::uint32_t>(layout_.buffers);
+    auto count_of = [&](std::size_t c) { return std::min(per_chunk, numel - c * per_chunk); };
+    std::size_t copied = 0;  // chunks of this tensor already in this rank's slots
+    // Copies the next chunk in once every rank has finished reading what its buffer held
+    // `depth` chunks ago; without `wait`, only if that is already so.
+    auto copy_in = [&](bool wait) {
+      const std::uint32_t k = first + static_cast<std::uint32_t>(copied);
+      if (wait)
+        wait_all(&RankBlock::consumed, k - depth, "free a buffer for", work, copied, chunks);
+      else if (!all_reached(&RankBlock::consumed, k - depth))
+        return false;
+      std::memcpy(slot(k, rank_), bytes + copied * per_chunk * element, count_of(copied) * element);
+      mine.tag[k % depth] = tag;
+      publish(mine.arrived, k);
+      ++copied;
+      return true;
+    };
+
+    std::vector<const char*> inputs(static_cast<std::size_t>(size_));
+    for (std::size_t c = 0; c < chunks; ++c) {
+      const std::uint32_t k = first + static_cast<std::uint32_t>(c);
+      // Run ahead: fill the free buffers before waiting for the peers' copies of chunk c.
+      if (copied == c) copy_in(true);
+      while (copied < chunks && copied < c + depth && copy_in(false)) {
+      }
+      wait_all(&RankBlock::arrived, k, "arrive at", work, c, chunks);
+      for (int q = 0; q < size_; ++q) {
+        const auto& theirs = block(q).tag[k % depth];
+        if (theirs.op != tag.op || theirs.numel != tag.numel || theirs.dtype != tag.dtype ||
+            theirs.reduce != tag.reduce)
+          throw std::runtime_error(
+              "mpp: all_reduce over shared memory: rank " + std::to_string(q) + " called " +
+              detail::shm::tag_text(theirs) + " while rank " + std::to_string(rank_) + " called " +
+              detail::shm::tag_text(tag) +
+              "; every rank must call the same collectives with tensors of the same size and "
+              "dtype, in the same order");
+        inputs[static_cast<std::size_t>(q)] = slot(k, q);
+      }
+      // Every rank reduces the whole chunk, in rank order, with the same code: the same bits.
+      detail::shm::reduce_chunk(dtype, work.op_, bytes + c * per_chunk * element, inputs,
+                                count_of(c), scratch_);
+      publish(mine.consumed, k);
+    }
+  }
+
+  /// Whether every peer's `which` counter has reached `target` (no waiting).
+  bool all_reached(Counter RankBlock::*which, std::uint32_t target) const {
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_ &&
+          !detail::shm::reached((block(q).*which).value.load(std::memory_order_acquire), target))
+        return false;
+    return true;
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> inner_;
+  detail::shm::Layout layout_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<detail::shm::Segment> segment_;
+  std::vector<bool> watchable_;  // peers whose process this rank can see
+  std::shared_ptr<detail::shm::Progress> progress_;
+
+  // caller side
+  std::uint64_t submitted_ = 0;
+
+  // worker side
+  std::uint32_t next_chunk_ = 1;  // counters start at 0: the first chunk is 1
+  std::string failure_;
+  std::vector<float> scratch_;
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<c10::intrusive_ptr<ShmWork>> queue_;
+  std::atomic<bool> stopping_{false};
+  std::thread worker_;
+};
+
+template <>
+struct backend_traits<Shm> {
+  static constexpr std::string_view c10d_name = "mpp-shm";
+
+  /// The inner Gloo group's device: loopback, since the ranks share this host.
+  static std::shared_ptr<::gloo::transport::Device> device(const Environment& env,
+                                                           const CommOptions& opts) {
+    return backend_traits<Gloo>::device(env, opts);
+  }
+
+  static c10::intrusive_ptr<c10d::ProcessGroup> make(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      const std::shared_ptr<::gloo::transport::Device>& device, std::chrono::milliseconds timeout) {
+    if (size > 1) detail::shm::check_one_host(*store, rank, size, timeout);
+    auto inner = backend_traits<Gloo>::make(store, rank, size, device, timeout);
+    return c10::make_intrusive<ShmProcessGroup>(store, rank, size, std::move(inner),
+                                                Shm::chunk_bytes, Shm::buffers, timeout);
+  }
+};
+
+}  // namespace mpp

@@ -1,0 +1,549 @@
+// The Shm backend between real processes (world sizes 2, 3 and 4): all-reduce through shared
+// memory equals Gloo's for every supported dtype and op, from 1 element to several chunks,
+// contiguous or not; async all-reduces complete in order; replicas get the same bits; other
+// dtypes and every other operation go through Gloo; a dead or silent peer is named within the
+// deadline; ranks on different hosts are refused; no segment is left in /dev/shm; DDP over Shm
+// trains the same parameters as DDP over Gloo.
+#include <doctest/doctest.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/loss.h>
+#include <torch/optim/sgd.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mpp/comm.hpp"
+#include "mpp/comm/shm_group.hpp"
+#include "mpp/data_parallel.hpp"
+#include "mpp/models/mlp.hpp"
+#include "support/worker.hpp"
+#include "support/world.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using RedOp = c10d::ReduceOp::RedOpType;
+
+constexpr std::int64_t chunk_floats = static_cast<std::int64_t>(mpp::Shm::chunk_bytes / 4);
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("check failed: " + what);
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+mpp::ShmProcessGroup& shm_of(const mpp::ProcessGroup& group) {
+  auto* shm = dynamic_cast<mpp::ShmProcessGroup*>(&group.c10d_group());
+  if (shm == nullptr)
+    throw std::runtime_error("not a Shm group: " + std::string(group.backend_name()));
+  return *shm;
+}
+
+/// Values in [0.5, 1.5) that depend on the rank (so a product over 4 ranks stays tame).
+at::Tensor values(std::int64_t n, int rank, int seed, at::ScalarType dtype = at::kFloat) {
+  auto i = at::arange(n, at::kLong);
+  auto v = ((i * 37 + rank * 101 + seed * 13) % 1000).to(at::kDouble) / 1000.0 + 0.5;
+  return v.to(dtype);
+}
+
+/// The reduction of every rank's values(n, q, seed), computed locally in double.
+at::Tensor expected(std::int64_t n, int world, int seed, RedOp op, at::ScalarType dtype) {
+  at::Tensor acc = values(n, 0, seed, dtype).to(at::kDouble);
+  for (int q = 1; q < world; ++q) {
+    auto v = values(n, q, seed, dtype).to(at::kDouble);
+    if (op == RedOp::SUM || op == RedOp::AVG) acc = acc + v;
+    if (op == RedOp::PRODUCT) acc = acc * v;
+    if (op == RedOp::MIN) acc = at::minimum(acc, v);
+    if (op == RedOp::MAX) acc = at::maximum(acc, v);
+  }
+  if (op == RedOp::AVG) acc = acc / world;
+  return acc;
+}
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  const double tol = got.scalar_type() == at::kBFloat16 ? 2e-2 : 1e-5;
+  const auto g = got.to(at::kDouble);
+  const auto w = want.to(at::kDouble);
+  if (!at::allclose(g, w, tol, tol))
+    throw std::runtime_error(what + ": differs by " +
+                             std::to_string((g - w).abs().max().item<double>()));
+}
+
+/// Rank 0's tensor, broadcast over `gloo`, must equal this rank's bit for bit.
+void expect_same_bits(const mpp::ProcessGroup& gloo, const at::Tensor& t, const std::string& what) {
+  at::Tensor root = t.clone();
+  gloo.broadcast(root, 0);
+  expect(at::equal(root, t), what + ": replicas differ from rank 0");
+}
+
+/// A raw c10d all-reduce on the group (reaches ops and dtypes mpp's wrapper converts first).
+void c10d_all_reduce(const mpp::ProcessGroup& group, at::Tensor& t, RedOp op) {
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  group.c10d_group().allreduce(v, options)->wait(30s);
+}
+
+mpp::ReduceOp mpp_op(RedOp op) {
+  switch (op) {
+    case RedOp::PRODUCT:
+      return mpp::ReduceOp::product;
+    case RedOp::MIN:
+      return mpp::ReduceOp::min;
+    case RedOp::MAX:
+      return mpp::ReduceOp::max;
+    default:
+      return mpp::ReduceOp::sum;
+  }
+}
+
+std::string op_name(RedOp op) { return std::string(mpp::reduce_op_name(mpp_op(op))); }
+
+mpp::test::WorldOptions bounded(int seconds,
+                                std::vector<std::pair<std::string, std::string>> env = {
+                                    {"MPP_TIMEOUT_S", "30"}}) {
+  mpp::test::WorldOptions o;
+  o.timeout = std::chrono::seconds(seconds);
+  o.env = std::move(env);
+  return o;
+}
+
+/// Each rank prints its segment's name; none may exist once the ranks are gone.
+void check_no_segment_left(const mpp::test::WorldResult& world) {
+  for (int r = 0; r < world.size(); ++r) {
+    const auto& out = world.output(r);
+    const auto at = out.find("segment=");
+    REQUIRE_MESSAGE(at != std::string::npos, out);
+    const std::string name = out.substr(at + 8, out.find('\n', at) - at - 8);
+    CAPTURE(name);
+    CHECK(name.rfind("/mpp-shm-", 0) == 0);
+    CHECK_FALSE(std::filesystem::exists("/dev/shm" + name));
+  }
+}
+
+void print_segment(const mpp::ProcessGroup& group) {
+  std::printf("segment=%s\n", shm_of(group).segment_name().c_str());
+  std::fflush(stdout);
+}
+
+long long ms_since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+// Every supported dtype and op, sizes from 1 element to several chunks, against Gloo and the
+// local expectation; replicas bit-identical; non-contiguous inputs through mpp and raw c10d.
+MPP_TEST_WORKER("shm_values") {
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group<mpp::Shm>();
+  print_segment(world);
+  std::vector<int> everyone(static_cast<std::size_t>(world.size()));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  auto gloo = world.new_group<mpp::Gloo>(everyone);
+  auto& shm = shm_of(world);
+  const int W = world.size(), me = world.rank();
+
+  const std::vector<std::int64_t> small{1, 3, 17, 1000};
+  const std::vector<std::int64_t> large{chunk_floats - 3, chunk_floats + 5,
+                                        2 * chunk_floats + 1000};
+  int seed = 0;
+  for (auto dtype : {at::kFloat, at::kDouble}) {
+    for (auto op : {RedOp::SUM, RedOp::PRODUCT, RedOp::MIN, RedOp::MAX}) {
+      std::vector<std::int64_t> sizes = small;
+      if (op == RedOp::SUM || op == RedOp::MAX)
+        sizes.insert(sizes.end(), large.begin(), large.end());
+      for (auto n : sizes) {
+        ++seed;
+        const std::string what = std::string(c10::toString(dtype)) + "[" + std::to_string(n) +
+                                 "] " + op_name(op) + " on rank " + std::to_string(me);
+        auto x = values(n, me, seed, dtype);
+        std::vector<at::Tensor> probe{x};
+        c10d::AllreduceOptions options;
+        options.reduceOp = op;
+        expect(shm.handles(probe, options), what + ": should go through shared memory");
+        auto y = x.clone();
+        world.all_reduce(x, mpp_op(op));
+        gloo.all_reduce(y, mpp_op(op));
+        expect_close(x, y, what + " vs Gloo");
+        expect_close(x, expected(n, W, seed, op, dtype), what + " vs expected");
+        if (op == RedOp::MIN || op == RedOp::MAX) expect(at::equal(x, y), what + ": exact");
+        expect_same_bits(gloo, x, what);
+      }
+    }
+  }
+  // mean (mpp's sum then divide), AVG and bfloat16 through raw c10d calls
+  for (auto n : {std::int64_t{5}, chunk_floats + 77}) {
+    ++seed;
+    auto m = values(n, me, seed);
+    world.all_reduce_mean(m);
+    expect_close(m, expected(n, W, seed, RedOp::AVG, at::kFloat), "all_reduce_mean");
+    auto a = values(n, me, seed);
+    c10d_all_reduce(world, a, RedOp::AVG);
+    expect_close(a, expected(n, W, seed, RedOp::AVG, at::kFloat), "c10d AVG");
+    expect_same_bits(gloo, a, "c10d AVG");
+    for (auto op : {RedOp::SUM, RedOp::MAX, RedOp::AVG}) {
+      auto b = values(n, me, seed, at::kBFloat16);
+      c10d_all_reduce(world, b, op);
+      expect(b.scalar_type() == at::kBFloat16, "bfloat16 stays bfloat16");
+      expect_close(b, expected(n, W, seed, op, at::kBFloat16), "c10d bfloat16 " + op_name(op));
+      expect_same_bits(gloo, b, "c10d bfloat16");
+      auto g = values(n, me, seed, at::kBFloat16);
+      if (op != RedOp::AVG) {
+        gloo.all_reduce(g, mpp_op(op));
+        expect_close(b, g, "bfloat16 vs Gloo " + op_name(op));
+      }
+    }
+  }
+  // non-contiguous: a transposed view, through mpp (staged by the wrapper) and raw c10d (staged
+  // by the group's worker), one small and one larger than a chunk
+  for (auto rows : {std::int64_t{7}, std::int64_t{1100}}) {
+    ++seed;
+    const std::int64_t cols = rows == 7 ? 13 : 1000;
+    auto base = values(rows * cols, me, seed).reshape({rows, cols});
+    auto want = expected(rows * cols, W, seed, RedOp::SUM, at::kFloat).reshape({rows, cols}).t();
+    auto t1 = base.clone().t();
+    expect(!t1.is_contiguous(), "transposed view");
+    world.all_reduce(t1);
+    expect_close(t1, want, "non-contiguous through mpp");
+    auto t2 = base.clone().t();
+    c10d_all_reduce(world, t2, RedOp::SUM);
+    expect_close(t2, want, "non-contiguous through c10d");
+    expect(t2.stride(0) == 1, "the caller's view keeps its strides");
+  }
+  std::printf("rank %d: shared-memory all-reduce equals Gloo's\n", me);
+  return 0;
+}
+
+// Several all-reduces outstanding at once complete in submission order with the right values.
+MPP_TEST_WORKER("shm_async") {
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group<mpp::Shm>();
+  print_segment(world);
+  const int W = world.size(), me = world.rank();
+  const std::vector<std::int64_t> sizes{10, chunk_floats + 7, 5, 3 * chunk_floats / 2, 1, 100};
+  std::vector<at::Tensor> tensors;
+  std::vector<mpp::Request> requests;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    tensors.push_back(values(sizes[i], me, static_cast<int>(i)));
+    requests.push_back(world.iall_reduce(tensors.back()));
+  }
+  requests.back().wait();
+  for (std::size_t i = 0; i + 1 < requests.size(); ++i)
+    expect(requests[i].ready(), "request " + std::to_string(i) +
+                                    " must be complete once a later one is (submission order)");
+  mpp::wait_all(requests);
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    expect_close(tensors[i], expected(sizes[i], W, static_cast<int>(i), RedOp::SUM, at::kFloat),
+                 "async #" + std::to_string(i));
+  // a barrier queued behind all-reduces completes after them
+  auto big = values(2 * chunk_floats, me, 99);
+  auto pending = world.iall_reduce(big);
+  world.barrier();
+  expect(pending.ready(), "barrier returned before the all-reduce submitted earlier");
+  pending.wait();
+  expect_close(big, expected(2 * chunk_floats, W, 99, RedOp::SUM, at::kFloat), "before barrier");
+  std::printf("rank %d: async all-reduces complete in order\n", me);
+  return 0;
+}
+
+// What shared memory does not handle goes through Gloo: integer and bool dtypes, bitwise ops,
+// p2p, broadcast; and a sub-group of a Shm world is a Shm group too.
+MPP_TEST_WORKER("shm_fallback") {
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group<mpp::Shm>();
+  print_segment(world);
+  auto& shm = shm_of(world);
+  const int W = world.size(), me = world.rank();
+  auto ints = at::full({1000}, static_cast<std::int64_t>(me + 1), at::kLong);
+  std::vector<at::Tensor> probe{ints};
+  expect(!shm.handles(probe, c10d::AllreduceOptions()), "int64 must go through Gloo");
+  world.all_reduce(ints);
+  expect(at::equal(ints, at::full({1000}, static_cast<std::int64_t>(W * (W + 1) / 2), at::kLong)),
+         "int64 sum through Gloo");
+  auto bits = at::full({9}, 1 << me, at::kInt);
+  world.all_reduce(bits, mpp::ReduceOp::bor);
+  expect(at::equal(bits, at::full({9}, (1 << W) - 1, at::kInt)), "bor through Gloo");
+  // p2p on a ring, non-blocking both ways
+  const int next = (me + 1) % W, prev = (me + W - 1) % W;
+  auto out = values(300, me, 5);
+  auto in = at::zeros({300});
+  auto r = world.irecv(in, prev, 3);
+  auto s = world.isend(out, next, 3);
+  r.wait();
+  s.wait();
+  expect(at::equal(in, values(300, prev, 5)), "ring p2p on a Shm group");
+  auto b = me == 1 ? values(64, 1, 6) : at::zeros({64});
+  world.broadcast(b, 1);
+  expect(at::equal(b, values(64, 1, 6)), "broadcast on a Shm group");
+  world.barrier();
+  // a sub-group (every rank but the last) is again a Shm group with its own segment
+  std::vector<int> firsts;
+  for (int q = 0; q + 1 < W; ++q) firsts.push_back(q);
+  auto sub = world.new_group(firsts);
+  if (sub.is_member()) {
+    expect(sub.backend_name() == "Shm", "sub-group backend");
+    expect(shm_of(sub).segment_name() != shm.segment_name(), "a sub-group has its own segment");
+    auto x = values(70, me, 8);
+    sub.all_reduce(x);
+    expect_close(x, expected(70, W - 1, 8, RedOp::SUM, at::kFloat), "sub-group all-reduce");
+  }
+  world.barrier();
+  std::printf("rank %d: fallbacks through Gloo work\n", me);
+  return 0;
+}
+
+// Rank 1 all-reduces a tensor of another size: both ranks fail with both descriptions.
+MPP_TEST_WORKER("shm_mismatch") {
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group<mpp::Shm>();
+  auto x = values(world.rank() == 0 ? 100 : 200, world.rank(), 1);
+  try {
+    world.all_reduce(x);
+  } catch (const mpp::CommError& e) {
+    std::printf("mismatch: %s\n", e.what());
+    return 0;
+  }
+  return 1;
+}
+
+// The last rank leaves in the middle of an all-reduce of several chunks; the others must fail
+// well before their deadline, naming it.
+MPP_TEST_WORKER("shm_dead_peer") {
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group<mpp::Shm>();
+  print_segment(world);
+  const int me = world.rank(), last = world.size() - 1;
+  auto warm = values(1000, me, 1);
+  world.all_reduce(warm);
+  // Far more chunks than a rank can copy in ahead of the others (Shm::buffers), and far more
+  // than the others reduce in the millisecond before the last rank leaves.
+  auto x = values(64 * chunk_floats, me, 2);
+  if (me == last) {
+    auto started = world.iall_reduce(x);
+    std::this_thread::sleep_for(1ms);
+    std::fflush(stdout);
+    std::_Exit(0);  // no destructor, no wait: as if killed
+  }
+  const auto start = Clock::now();
+  try {
+    world.all_reduce(x);
+  } catch (const mpp::CommError& e) {
+    std::printf("failed elapsed_ms=%lld\n%s\n", ms_since(start), e.what());
+    return 0;
+  }
+  std::printf("no error\n");
+  return 1;
+}
+
+// Rank 1 stays alive but never joins the all-reduce: rank 0 times out naming it.
+MPP_TEST_WORKER("shm_silent_peer") {
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group<mpp::Shm>();
+  print_segment(world);
+  if (world.rank() == 1) {
+    std::this_thread::sleep_for(9s);
+    return 0;
+  }
+  auto x = values(1000, 0, 1);
+  const auto start = Clock::now();
+  try {
+    world.all_reduce(x);
+  } catch (const mpp::CommTimeout& e) {
+    std::printf("timeout elapsed_ms=%lld\n%s\n", ms_since(start), e.what());
+    return 0;
+  }
+  std::printf("no timeout\n");
+  return 1;
+}
+
+// Each rank claims another host: creating the group is refused with the fix.
+MPP_TEST_WORKER("shm_two_hosts") {
+  const std::string id = std::string("host-") + std::getenv("RANK");
+  ::setenv("MPP_SHM_HOST_ID", id.c_str(), 1);
+  try {
+    auto world = mpp::init_process_group<mpp::Shm>();
+  } catch (const mpp::CommError& e) {
+    std::printf("refused: %s\n", e.what());
+    return 0;
+  }
+  return 1;
+}
+
+namespace {
+
+template <class Comm>
+torch::nn::Sequential train_ddp(const mpp::ProcessGroup& group, const mpp::models::MlpConfig& cfg,
+                                std::size_t bucket_bytes) {
+  auto seeded = cfg;
+  seeded.seed = cfg.seed + static_cast<std::uint64_t>(group.rank());  // the broadcast fixes it
+  auto model = mpp::models::make_full_mlp(seeded);
+  mpp::DDP<Comm> ddp(*model, group, {.bucket_bytes = bucket_bytes});
+  torch::optim::SGD opt(model->parameters(), 0.05);
+  constexpr std::int64_t global_batch = 16;
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    const auto full = mpp::models::make_regression_batch(cfg, global_batch, step);
+    const auto rows = global_batch / group.size();
+    const auto in = full.inputs.narrow(0, group.rank() * rows, rows);
+    const auto target = full.targets.narrow(0, group.rank() * rows, rows);
+    torch::mse_loss(model->forward(in), target).backward();
+    opt.step();
+  }
+  return model;
+}
+
+}  // namespace
+
+// DDP<Async<Shm>> and DDP<Blocking<Shm>> train the parameters DDP<Async<Gloo>> trains, replicas
+// bit-identical; a model larger than a chunk, and buckets from one tensor to everything.
+MPP_TEST_WORKER("shm_ddp") {
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group();
+  std::vector<int> everyone(static_cast<std::size_t>(world.size()));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  auto shm = world.new_group<mpp::Shm>(everyone);
+  print_segment(shm);
+  struct Case {
+    mpp::models::MlpConfig cfg;
+    std::size_t bucket;
+  };
+  const std::vector<Case> cases{
+      {{.hidden = 24, .layers = 5, .seed = 100}, 1},
+      {{.hidden = 24, .layers = 5, .seed = 100}, 1000},
+      {{.hidden = 1024, .layers = 3, .seed = 7}, mpp::default_bucket_bytes}};
+  for (const auto& c : cases) {
+    const std::string what =
+        "hidden " + std::to_string(c.cfg.hidden) + " bucket " + std::to_string(c.bucket);
+    auto reference = train_ddp<mpp::Async<mpp::Gloo>>(world, c.cfg, c.bucket);
+    auto got = train_ddp<mpp::Async<mpp::Shm>>(shm, c.cfg, c.bucket);
+    const auto g = got->named_parameters();
+    const auto w = reference->named_parameters();
+    for (std::size_t i = 0; i < g.size(); ++i)
+      if (!at::allclose(g[i].value(), w[i].value(), 1e-5, 1e-6))
+        throw std::runtime_error(
+            what + ": parameter '" + g[i].key() + "' differs from DDP<Async<Gloo>> by " +
+            std::to_string((g[i].value() - w[i].value()).abs().max().item<double>()));
+    const auto report = mpp::compare_replicas(*got, shm);
+    expect(static_cast<bool>(report), what + ": replicas differ: " + report.first_difference);
+  }
+  auto blocking = train_ddp<mpp::Blocking<mpp::Shm>>(shm, cases[1].cfg, 1000);
+  auto reference = train_ddp<mpp::Async<mpp::Gloo>>(world, cases[1].cfg, 1000);
+  for (std::size_t i = 0; i < blocking->parameters().size(); ++i)
+    expect(at::allclose(blocking->parameters()[i], reference->parameters()[i], 1e-5, 1e-6),
+           "DDP<Blocking<Shm>>");
+  // a Shm policy given a Gloo group is refused with the fix
+  try {
+    auto model = mpp::models::make_full_mlp(cases[0].cfg);
+    mpp::DDP<mpp::Async<mpp::Shm>> wrong(*model, world);
+    return 1;
+  } catch (const std::invalid_argument& e) {
+    expect(contains(e.what(), "init_process_group<Shm>()"), e.what());
+  }
+  std::printf("rank %d: DDP over Shm equals DDP over Gloo\n", world.rank());
+  return 0;
+}
+
+TEST_CASE(
+    "Shm all-reduce equals the Gloo result for every dtype and op and size - replicas "
+    "bit-identical") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    auto world = mpp::test::run_world(ranks, "shm_values", bounded(240));
+    CHECK_MESSAGE(world.ok(), world.report());
+    check_no_segment_left(world);
+  }
+}
+
+TEST_CASE("Shm: outstanding all-reduces complete in submission order - barriers after them") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    auto world = mpp::test::run_world(ranks, "shm_async", bounded(120));
+    CHECK_MESSAGE(world.ok(), world.report());
+  }
+}
+
+TEST_CASE("Shm: other dtypes and ops and p2p and broadcast and sub-groups go through Gloo") {
+  auto world = mpp::test::run_world(3, "shm_fallback", bounded(120));
+  CHECK_MESSAGE(world.ok(), world.report());
+  check_no_segment_left(world);
+}
+
+TEST_CASE("Shm: ranks calling different all-reduces fail with both descriptions") {
+  auto world = mpp::test::run_world(2, "shm_mismatch", bounded(60));
+  REQUIRE_MESSAGE(world.ok(), world.report());
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(world.output(r));
+    CHECK(contains(world.output(r), "rank 1 called all_reduce #1 of Float[200] sum"));
+    CHECK(contains(world.output(r), "rank 0 called all_reduce #1 of Float[100] sum"));
+  }
+}
+
+TEST_CASE("Shm: a rank that exits mid-collective is named by the others well before the deadline") {
+  auto options = bounded(90, {{"MPP_TIMEOUT_S", "30"}});
+  options.stop_all_on_failure = false;
+  auto world = mpp::test::run_world(3, "shm_dead_peer", options);
+  CHECK_MESSAGE(world.timed_out() == false, world.report());
+  for (int r = 0; r < 2; ++r) {
+    const auto& out = world.output(r);
+    CAPTURE(out);
+    CHECK(world.exit_code(r) == 0);
+    CHECK(contains(out, "over shared memory: rank 2 (process "));
+    CHECK(contains(out, "exited before it could"));
+    const auto at = out.find("elapsed_ms=");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stoll(out.substr(at + 11)) < 10'000);
+  }
+  check_no_segment_left(world);
+}
+
+TEST_CASE("Shm: a silent peer makes the all-reduce time out at the deadline and is named") {
+  auto options = bounded(60, {{"MPP_TIMEOUT_S", "2"}});
+  options.stop_all_on_failure = false;
+  auto world = mpp::test::run_world(2, "shm_silent_peer", options);
+  REQUIRE_MESSAGE(world.ok(), world.report());
+  const auto& out = world.output(0);
+  CAPTURE(out);
+  CHECK(contains(out, "over shared memory timed out"));
+  CHECK(contains(out, "rank(s) [1]"));
+  const auto at = out.find("elapsed_ms=");
+  REQUIRE(at != std::string::npos);
+  const auto elapsed = std::stoll(out.substr(at + 11));
+  CHECK(elapsed >= 1'500);
+  CHECK(elapsed < 7'000);
+  check_no_segment_left(world);
+}
+
+TEST_CASE("Shm: ranks on different hosts are refused at creation with the fix") {
+  auto world = mpp::test::run_world(2, "shm_two_hosts", bounded(60));
+  REQUIRE_MESSAGE(world.ok(), world.report());
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(world.output(r));
+    CHECK(contains(world.output(r), "needs every rank of the group on one host"));
+    CHECK(contains(world.output(r), "'host-1'"));
+    CHECK(contains(world.output(r), "use Gloo across hosts"));
+  }
+}
+
+TEST_CASE(
+    "DDP<Async<Shm>> trains the parameters DDP<Async<Gloo>> trains - replicas bit-identical") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    auto world = mpp::test::run_world(ranks, "shm_ddp", bounded(240));
+    CHECK_MESSAGE(world.ok(), world.report());
+    check_no_segment_left(world);
+  }
+}
