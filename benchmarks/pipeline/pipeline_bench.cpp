@@ -177,10 +177,66 @@ void single_process(benchmark::State& state, const Config& c) {
   world->barrier();
 }
 
+/// The pipeline's compute without the pipeline: what limits it on this machine besides the
+/// bubble and the messages. `micro_batched` runs the whole model on rank 0 alone (rank 1 waits),
+/// split into the same M micro-batches with the gradient accumulated, the work of both stages
+/// done by one core; `both_stages_no_comm` runs each rank's own stage on its own core at the same
+/// time (rank 1 on a local input of the right shape), the same F and B work as the pipeline with
+/// no message and no wait. The first shows the cost of small micro-batches (a 16-row GEMM is
+/// slower per row than a 128-row one), the second adds the two cores competing for the memory
+/// and the caches; a two-stage GPipe step can at best take (M+1)/M times the second.
+void compute_only(benchmark::State& state, const Config& c, bool both_stages) {
+  world->barrier();
+  const auto cfg = model_of(c);
+  const int rank = world->rank();
+  const bool runs = both_stages || rank == 0;
+  if (runs) {
+    auto model = both_stages ? mpp::models::make_mlp_layers(cfg, rank * cfg.layers / 2,
+                                                            (rank + 1) * cfg.layers / 2)
+                             : mpp::models::make_full_mlp(cfg);
+    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-4));
+    const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
+    const auto xs = batch.inputs.chunk(M);
+    const auto ys = batch.targets.chunk(M);
+    auto step = [&] {
+      adam.zero_grad();
+      for (int i = 0; i < M; ++i) {
+        const at::Tensor out = model->forward(xs[i]);
+        if (both_stages && rank == 0)
+          out.backward(at::ones_like(out) / out.numel());
+        else
+          (torch::nn::functional::mse_loss(out, ys[i]) / M).backward();
+      }
+      adam.step();
+    };
+    for (int i = 0; i < warmup_steps; ++i) step();
+    for (auto _ : state) step();
+    const double samples = static_cast<double>(state.iterations() * c.batch);
+    state.counters["pipeline_bound_P2_M8"] = benchmark::Counter(
+        (both_stages ? 1.0 : static_cast<double>(P)) * samples * M / (M + 1.0),
+        benchmark::Counter::kIsRate);
+  } else {
+    for (auto _ : state) {
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * c.batch);
+  world->barrier();
+}
+
 void register_all() {
   for (const Config* c : {&course, &compute_bound}) {
     const std::string suffix = std::string("/") + c->name;
     benchmark::RegisterBenchmark(("single_process" + suffix).c_str(), single_process, *c)
+        ->Iterations(c->iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("compute_only/micro_batched" + suffix).c_str(), compute_only,
+                                 *c, false)
+        ->Iterations(c->iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("compute_only/both_stages_no_comm" + suffix).c_str(),
+                                 compute_only, *c, true)
         ->Iterations(c->iterations)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
