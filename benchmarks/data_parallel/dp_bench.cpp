@@ -67,6 +67,8 @@ double process_cpu_seconds() {
 struct Trainer {
   torch::nn::Sequential model;
   std::unique_ptr<torch::optim::Adam> opt;
+  std::function<void()> sharded_step;  // replaces opt->step() under a ShardedOptimizer
+  std::function<void()> zero_grad;     // replaces opt->zero_grad() under a ShardedOptimizer
   mpp::models::Batch batch;
   std::function<void()> sync;  // after backward (naive DP); empty for DDP and single
   std::shared_ptr<void> keep;  // the NaiveDP / DDP object
@@ -79,10 +81,16 @@ struct Trainer {
                                                batch_size, 0);
   }
   void step() {
-    opt->zero_grad();
+    if (zero_grad)
+      zero_grad();
+    else
+      opt->zero_grad();
     torch::mse_loss(model->forward(batch.inputs), batch.targets).backward();
     if (sync) sync();
-    opt->step();
+    if (sharded_step)
+      sharded_step();
+    else
+      opt->step();
   }
 };
 
@@ -114,6 +122,27 @@ void ddp(benchmark::State& state, const Config& c) {
   auto d = std::make_shared<mpp::DDP<Comm>>(*t.model, group_for<typename Comm::backend>(),
                                             mpp::DdpOptions{.bucket_bytes = cap});
   t.keep = d;
+  run(state, t, c);
+  state.counters["buckets"] = static_cast<double>(d->buckets().buckets.size());
+  state.counters["exposed_comm_ms_per_step"] =
+      1e3 * d->comm_wait_seconds() / static_cast<double>(state.iterations() + warmup_steps);
+}
+
+/// DDP with the optimizer's state and step sharded over the ranks (ZeRO stage 1): each rank runs
+/// Adam on half of the parameters, then the updated halves are exchanged.
+template <class Comm>
+void ddp_sharded(benchmark::State& state, const Config& c) {
+  world->barrier();
+  Trainer t(c, c.global_batch / world->size());
+  const auto cap = static_cast<std::size_t>(state.range(0)) * 1024 * 1024;
+  const auto& group = group_for<typename Comm::backend>();
+  auto d = std::make_shared<mpp::DDP<Comm>>(*t.model, group, mpp::DdpOptions{.bucket_bytes = cap});
+  auto sharded = std::make_shared<mpp::ShardedOptimizer<torch::optim::Adam, Comm>>(
+      *t.model, group, torch::optim::AdamOptions(1e-4));
+  t.opt.reset();
+  t.sharded_step = [sharded] { sharded->step(); };
+  t.keep = std::make_shared<std::pair<decltype(d), decltype(sharded)>>(d, sharded);
+  t.zero_grad = [sharded] { sharded->zero_grad(); };
   run(state, t, c);
   state.counters["buckets"] = static_cast<double>(d->buckets().buckets.size());
   state.counters["exposed_comm_ms_per_step"] =
@@ -184,6 +213,16 @@ void register_all(const Config& c) {
       ->Iterations(c.iterations)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
+  for (auto [name, fn] :
+       {std::pair{"DDP<Async<Gloo>>+ShardedOptimizer<Adam>", &ddp_sharded<mpp::Async<mpp::Gloo>>},
+        std::pair{"DDP<Async<Shm>>+ShardedOptimizer<Adam>", &ddp_sharded<mpp::Async<mpp::Shm>>}})
+    benchmark::RegisterBenchmark((name + suffix).c_str(), fn, c)
+        ->ArgNames({"bucket_mb"})
+        ->Arg(25)
+        ->Arg(100)
+        ->Iterations(c.iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   benchmark::RegisterBenchmark(("DDP<Blocking<Gloo>>" + suffix).c_str(),
                                ddp<mpp::Blocking<mpp::Gloo>>, c)
       ->ArgNames({"bucket_mb"})

@@ -1,5 +1,6 @@
 #pragma once
-// Data parallelism: replicas, naive DP, DDP, the distributed sampler, the DP x PP mesh.
+// Data parallelism: replicas, naive DP, DDP, the sharded optimizer, the distributed sampler,
+// the DP x PP mesh.
 #include "mpp/data_parallel/bucketed_gradients.hpp"
 #include "mpp/data_parallel/buckets.hpp"
 #include "mpp/data_parallel/ddp.hpp"
@@ -8,3 +9,4 @@
 #include "mpp/data_parallel/naive_dp.hpp"
 #include "mpp/data_parallel/replicas.hpp"
 #include "mpp/data_parallel/sampler.hpp"
+#include "mpp/data_parallel/sharded_optimizer.hpp"

@@ -1,0 +1,196 @@
+// ShardedOptimizer (ZeRO stage 1): the plan gives each parameter one owner, balanced by bytes;
+// DDP + ShardedOptimizer<Adam> on 2 and 4 ranks (Gloo and Shm, async and blocking) trains the
+// parameters single-process Adam trains on the global batch, the replicas stay bit-identical,
+// each rank keeps optimizer state for its own shard only, and a wrong setup is refused by name.
+#include <doctest/doctest.h>
+
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../support/worker.hpp"
+#include "../support/world.hpp"
+#include "mpp/comm/process_group.hpp"
+#include "mpp/data_parallel.hpp"
+#include "mpp/models/mlp.hpp"
+
+namespace {
+
+constexpr std::int64_t global_batch = 16;
+constexpr int train_steps = 4;
+constexpr double learning_rate = 1e-2;
+
+mpp::models::MlpConfig small_config(std::uint64_t seed) {
+  return {.hidden = 24, .layers = 5, .seed = seed};
+}
+
+torch::Tensor loss_on(torch::nn::Sequential& model, const mpp::models::Batch& b) {
+  return torch::mse_loss(model->forward(b.inputs), b.targets);
+}
+
+/// Single-process Adam on the global batch, from rank 0's initial weights.
+torch::nn::Sequential train_reference() {
+  auto model = mpp::models::make_full_mlp(small_config(100));
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(learning_rate));
+  for (int s = 0; s < train_steps; ++s) {
+    opt.zero_grad();
+    loss_on(model, mpp::models::make_regression_batch(small_config(100), global_batch, s))
+        .backward();
+    opt.step();
+  }
+  return model;
+}
+
+/// DDP + ShardedOptimizer<Adam> over `group`, replicas seeded differently on every rank.
+template <class Comm>
+void train_and_check(const mpp::ProcessGroup& group, torch::nn::Sequential& reference,
+                     const std::string& what) {
+  auto model =
+      mpp::models::make_full_mlp(small_config(100 + static_cast<std::uint64_t>(group.rank())));
+  mpp::DDP<Comm> ddp(*model, group, mpp::DdpOptions{.bucket_bytes = 1000});
+  mpp::ShardedOptimizer<torch::optim::Adam, Comm> opt(*model, group,
+                                                      torch::optim::AdamOptions(learning_rate));
+  const auto per_rank = global_batch / group.size();
+  for (int s = 0; s < train_steps; ++s) {
+    opt.zero_grad();
+    const auto full = mpp::models::make_regression_batch(small_config(100), global_batch, s);
+    loss_on(model, {full.inputs.narrow(0, group.rank() * per_rank, per_rank),
+                    full.targets.narrow(0, group.rank() * per_rank, per_rank)})
+        .backward();
+    opt.step();
+  }
+  const auto got = model->named_parameters();
+  const auto want = reference->named_parameters();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!torch::allclose(got[i].value(), want[i].value(), 1e-4, 1e-5))
+      throw std::runtime_error(
+          what + ": parameter '" + got[i].key() + "' differs from single-process Adam by " +
+          std::to_string((got[i].value() - want[i].value()).abs().max().item<double>()));
+  const auto replicas = mpp::compare_replicas(*model, group);
+  if (!replicas)
+    throw std::runtime_error(what +
+                             ": replicas are not bit-identical: " + replicas.first_difference);
+
+  // Optimizer state only for this rank's shard, and every parameter in exactly one shard.
+  auto* inner = opt.local_optimizer();
+  const auto local = static_cast<std::int64_t>(opt.local_parameters().size());
+  const auto with_state = inner == nullptr ? 0 : static_cast<std::int64_t>(inner->state().size());
+  if (with_state != local)
+    throw std::runtime_error(what + ": the inner optimizer holds state for " +
+                             std::to_string(with_state) + " parameters, its shard has " +
+                             std::to_string(local));
+  at::Tensor count = at::full({1}, local, at::kLong);
+  group.all_reduce(count);
+  if (count.item<std::int64_t>() != static_cast<std::int64_t>(got.size()))
+    throw std::runtime_error(what + ": the shards hold " +
+                             std::to_string(count.item<std::int64_t>()) +
+                             " parameters in all, the model has " + std::to_string(got.size()));
+  std::printf("rank %d: %s matches single-process Adam (%lld of %zu parameters stepped here)\n",
+              group.rank(), what.c_str(), static_cast<long long>(local), got.size());
+}
+
+mpp::test::WorldOptions bounded(int seconds) {
+  mpp::test::WorldOptions options;
+  options.timeout = std::chrono::seconds(seconds);
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("plan_shards: contiguous ranges, balanced by bytes, every parameter owned once") {
+  // 16 layers of weight + bias: two ranks own 8 layers each
+  std::vector<std::int64_t> layers;
+  for (int i = 0; i < 16; ++i) {
+    layers.push_back(4 << 20);
+    layers.push_back(4 << 10);
+  }
+  const auto two = mpp::plan_shards(layers, 2);
+  CHECK(two.bytes_of_rank[0] == two.bytes_of_rank[1]);
+  for (std::size_t i = 0; i < layers.size(); ++i) CHECK(two.owner[i] == (i < 16 ? 0 : 1));
+
+  // unequal sizes: the cut lands on the boundary nearest to the half
+  const auto uneven = mpp::plan_shards({10, 10, 10, 70}, 2);
+  CHECK(uneven.owner == std::vector<int>{0, 0, 0, 1});
+  CHECK(uneven.bytes_of_rank == std::vector<std::int64_t>{30, 70});
+
+  // owners never go backwards, and the bytes add up
+  const auto four = mpp::plan_shards({5, 1, 1, 1, 1, 1, 5, 5, 2, 2}, 4);
+  for (std::size_t i = 1; i < four.owner.size(); ++i) CHECK(four.owner[i] >= four.owner[i - 1]);
+  CHECK(std::accumulate(four.bytes_of_rank.begin(), four.bytes_of_rank.end(), std::int64_t{0}) ==
+        24);
+
+  // fewer parameters than ranks: some ranks own nothing, none owns a parameter twice
+  const auto sparse = mpp::plan_shards({8, 8}, 4);
+  CHECK(sparse.ranks() == 4);
+  CHECK(std::count(sparse.bytes_of_rank.begin(), sparse.bytes_of_rank.end(), 0) == 2);
+  CHECK_THROWS_WITH(mpp::plan_shards({1}, 0), "mpp: plan_shards needs at least one rank");
+}
+
+MPP_TEST_WORKER("zero_equivalence") {
+  at::set_num_threads(1);
+  auto group = mpp::init_process_group();
+  auto reference = train_reference();
+  train_and_check<mpp::Async<mpp::Gloo>>(group, reference, "DDP<Async<Gloo>> + ShardedOptimizer");
+  train_and_check<mpp::Blocking<mpp::Gloo>>(group, reference,
+                                            "DDP<Blocking<Gloo>> + ShardedOptimizer");
+  std::vector<int> everyone(static_cast<std::size_t>(group.size()));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  auto shm = group.new_group<mpp::Shm>(everyone);
+  train_and_check<mpp::Async<mpp::Shm>>(shm, reference, "DDP<Async<Shm>> + ShardedOptimizer");
+  return 0;
+}
+
+MPP_TEST_WORKER("zero_refused") {
+  at::set_num_threads(1);
+  auto group = mpp::init_process_group();
+  int caught = 0;
+  auto model = mpp::models::make_full_mlp(small_config(100));
+  try {
+    mpp::ShardedOptimizer<torch::optim::Adam, mpp::Async<mpp::Shm>> opt(
+        *model, group, torch::optim::AdamOptions(1e-3));
+  } catch (const std::invalid_argument& e) {
+    std::printf("backend: %s\n", e.what());
+    ++caught;
+  }
+  torch::nn::Sequential other;
+  other->push_back(torch::nn::Linear(24, 24));
+  other->push_back(torch::nn::Linear(24, group.rank() == 1 ? 20 : 24));
+  try {
+    mpp::ShardedOptimizer<torch::optim::Adam> opt(*other, group, torch::optim::AdamOptions(1e-3));
+  } catch (const mpp::ReplicaMismatch& e) {
+    std::printf("structure: %s\n", e.what());
+    ++caught;
+  }
+  return caught == 2 ? 0 : 1;
+}
+
+TEST_CASE(
+    "DDP + ShardedOptimizer<Adam> on 2 and 4 ranks equals single-process Adam, replicas "
+    "bit-identical, state only for the rank's shard") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    auto world = mpp::test::run_world(ranks, "zero_equivalence", bounded(240));
+    CHECK_MESSAGE(world.ok(), world.report());
+  }
+}
+
+TEST_CASE("ShardedOptimizer refuses a group of another backend and different models, by name") {
+  auto world = mpp::test::run_world(2, "zero_refused", bounded(60));
+  REQUIRE_MESSAGE(world.ok(), world.report());
+  for (int r = 0; r < 2; ++r) {
+    const auto& out = world.output(r);
+    CAPTURE(out);
+    CHECK(out.find("backend: mpp: ShardedOptimizer<..., Async<Shm>> was given a Gloo process "
+                   "group; create it with init_process_group<Shm>()") != std::string::npos);
+    CHECK(out.find("structure: mpp: ShardedOptimizer needs the same model on every rank") !=
+          std::string::npos);
+  }
+}
