@@ -212,9 +212,9 @@ void compute_only(benchmark::State& state, const Config& c, bool both_stages) {
     for (int i = 0; i < warmup_steps; ++i) step();
     for (auto _ : state) step();
     const double samples = static_cast<double>(state.iterations() * c.batch);
-    state.counters["pipeline_bound_P2_M8"] = benchmark::Counter(
-        (both_stages ? 1.0 : static_cast<double>(P)) * samples * M / (M + 1.0),
-        benchmark::Counter::kIsRate);
+    state.counters["pipeline_bound_P2_M8"] =
+        benchmark::Counter((both_stages ? 1.0 : static_cast<double>(P)) * samples * M / (M + 1.0),
+                           benchmark::Counter::kIsRate);
   } else {
     for (auto _ : state) {
     }
@@ -230,8 +230,8 @@ void register_all() {
         ->Iterations(c->iterations)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
-    benchmark::RegisterBenchmark(("compute_only/micro_batched" + suffix).c_str(), compute_only,
-                                 *c, false)
+    benchmark::RegisterBenchmark(("compute_only/micro_batched" + suffix).c_str(), compute_only, *c,
+                                 false)
         ->Iterations(c->iterations)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();

@@ -106,8 +106,8 @@ struct RunResult {
 RunResult run(const std::string& command, int timeout_s) {
   RunResult r;
   const auto start = std::chrono::steady_clock::now();
-  const std::string line =
-      "timeout --kill-after=10 " + std::to_string(timeout_s) + " sh -c " + shell_quote("{ " + command + "; } 2>&1") + " 2>&1";
+  const std::string line = "timeout --kill-after=10 " + std::to_string(timeout_s) + " sh -c " +
+                           shell_quote("{ " + command + "; } 2>&1") + " 2>&1";
   FILE* pipe = ::popen(line.c_str(), "r");
   if (!pipe) throw std::runtime_error("bench-report: cannot start: " + command);
   char buffer[4096];
@@ -133,7 +133,8 @@ std::string last_lines(const std::string& text, int count) {
   std::string line;
   while (std::getline(in, line)) lines.push_back(line);
   std::string out;
-  for (size_t i = lines.size() > static_cast<size_t>(count) ? lines.size() - count : 0; i < lines.size(); ++i)
+  for (size_t i = lines.size() > static_cast<size_t>(count) ? lines.size() - count : 0;
+       i < lines.size(); ++i)
     out += lines[i] + "\n";
   return out;
 }
@@ -169,7 +170,8 @@ json describe_machine() {
   const char* ob = std::getenv("OPENBLAS_NUM_THREADS");
   m["omp_num_threads"] = omp ? omp : "unset";
   m["openblas_num_threads"] = ob ? ob : "unset";
-  const auto torch_version = run("/usr/bin/python3 -c 'import torch; print(torch.__version__)'", 60);
+  const auto torch_version =
+      run("/usr/bin/python3 -c 'import torch; print(torch.__version__)'", 60);
   m["python_torch"] = torch_version.status == 0 ? trim(torch_version.output) : "not available";
   const auto python_version = run("/usr/bin/python3 --version", 10);
   m["python"] = python_version.status == 0 ? trim(python_version.output) : "not available";
@@ -197,9 +199,12 @@ std::size_t json_object_length(const std::string& text, std::size_t at) {
   for (std::size_t i = at; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -211,7 +216,9 @@ std::size_t json_object_length(const std::string& text, std::size_t at) {
   return text.size() - at;
 }
 
-std::string raw_name(const std::string& group, const std::string& binary) { return group + "__" + binary; }
+std::string raw_name(const std::string& group, const std::string& binary) {
+  return group + "__" + binary;
+}
 
 // What to run, from tools/bench-report/report.json (see the comments there): how many ranks each
 // binary needs (run through mpprun), and which reference runs stand next to which benchmark.
@@ -219,7 +226,8 @@ json load_config(const fs::path& source_dir) {
   const fs::path p = source_dir / "tools" / "bench-report" / "report.json";
   if (!fs::exists(p)) return json::object();
   json j = json::parse(read_file(p), nullptr, true, /*ignore_comments=*/true);
-  if (j.is_discarded()) throw std::runtime_error("bench-report: " + p.string() + " is not valid JSON");
+  if (j.is_discarded())
+    throw std::runtime_error("bench-report: " + p.string() + " is not valid JSON");
   return j;
 }
 
@@ -231,7 +239,8 @@ std::string substitute(std::string s, const fs::path& build_dir) {
 }
 
 json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::path& raw_dir,
-             const std::string& min_time, const std::string& filter, bool with_python, int timeout_s) {
+             const std::string& min_time, const std::string& filter, bool with_python,
+             int timeout_s) {
   const json config = load_config(source_dir);
   json run_info;
   run_info["machine"] = describe_machine();
@@ -239,7 +248,8 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
   std::ostringstream date;
   date << std::put_time(std::gmtime(&now), "%Y-%m-%d %H:%M UTC");
   run_info["date"] = date.str();
-  const auto commit = run("git -C " + shell_quote(source_dir.string()) + " log -1 --format='%h, %cd' --date=short", 30);
+  const auto commit = run(
+      "git -C " + shell_quote(source_dir.string()) + " log -1 --format='%h, %cd' --date=short", 30);
   run_info["commit"] = commit.status == 0 ? trim(commit.output) : "unknown";
   const auto load = [] {
     std::ifstream in("/proc/loadavg");
@@ -267,7 +277,8 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
         if (is_benchmark_binary(e)) binaries.push_back(e.path());
     std::sort(binaries.begin(), binaries.end());
     if (binaries.empty()) {
-      const std::string why = "no benchmark binary under " + fs::relative(dir, source_dir).string() +
+      const std::string why = "no benchmark binary under " +
+                              fs::relative(dir, source_dir).string() +
                               (fs::is_directory(source_dir / "benchmarks" / group.folder)
                                    ? " (benchmarks/" + group.folder + " exists: build it first)"
                                    : " (benchmarks/" + group.folder + " is not in this tree)");
@@ -290,19 +301,24 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
       const fs::path rank_out = raw_dir / (raw_name(group.folder, name) + ".rank");
       std::string command = env;
       if (launched)
-        command += shell_quote(mpprun.string()) + " --nproc-per-node " + std::to_string(ranks) + " --log-dir " +
-                   shell_quote(logs.string()) + " ";
+        command += shell_quote(mpprun.string()) + " --nproc-per-node " + std::to_string(ranks) +
+                   " --log-dir " + shell_quote(logs.string()) + " ";
       else if (ranks > 1)
         command += "false mpprun-is-not-built ";
-      std::string inner = "exec " + shell_quote(binary.string()) + " --benchmark_format=json --benchmark_out=" +
-                          shell_quote(rank_out.string()) + "\"${RANK:-0}\".json --benchmark_out_format=json";
+      std::string inner =
+          "exec " + shell_quote(binary.string()) +
+          " --benchmark_format=json --benchmark_out=" + shell_quote(rank_out.string()) +
+          "\"${RANK:-0}\".json --benchmark_out_format=json";
       if (!min_time.empty()) inner += " --benchmark_min_time=" + min_time;
       if (!filter.empty()) inner += " --benchmark_filter=" + shell_quote(filter);
-      for (const auto& a : settings.value("args", json::array())) inner += " " + shell_quote(a.get<std::string>());
+      for (const auto& a : settings.value("args", json::array()))
+        inner += " " + shell_quote(a.get<std::string>());
       command += "sh -c " + shell_quote(inner) + " 2>" + shell_quote(err.string());
-      std::cerr << "bench-report: running " << name << " on " << ranks << " rank(s) ..." << std::flush;
+      std::cerr << "bench-report: running " << name << " on " << ranks << " rank(s) ..."
+                << std::flush;
       const auto r = run(command, timeout_s);
-      std::cerr << " " << std::fixed << std::setprecision(0) << r.seconds << " s, exit " << r.status << "\n";
+      std::cerr << " " << std::fixed << std::setprecision(0) << r.seconds << " s, exit " << r.status
+                << "\n";
       const std::string stdout_text = launched && fs::exists(logs / "rank_0" / "stdout.log")
                                           ? read_file(logs / "rank_0" / "stdout.log")
                                           : r.output;
@@ -311,13 +327,15 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
       // is the binary's own report (the BLAS line).
       // It ends at the brace that closes the first one; a binary may print a summary after it.
       std::string json_text;
-      const auto at = stdout_text.rfind('{', 0) == 0                      ? 0
+      const auto at = stdout_text.rfind('{', 0) == 0                 ? 0
                       : stdout_text.find("\n{") != std::string::npos ? stdout_text.find("\n{") + 1
                                                                      : std::string::npos;
-      if (at != std::string::npos) json_text = stdout_text.substr(at, json_object_length(stdout_text, at));
+      if (at != std::string::npos)
+        json_text = stdout_text.substr(at, json_object_length(stdout_text, at));
       bool parsed = false;
       const fs::path rank0_file = rank_out.string() + "0.json";
-      if (fs::exists(rank0_file) && !json::parse(read_file(rank0_file), nullptr, false).is_discarded()) {
+      if (fs::exists(rank0_file) &&
+          !json::parse(read_file(rank0_file), nullptr, false).is_discarded()) {
         write_file(out_json, read_file(rank0_file));
         parsed = true;
       } else if (!json_text.empty() && !json::parse(json_text, nullptr, false).is_discarded()) {
@@ -331,7 +349,9 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
                  {"path", fs::relative(binary, source_dir).string()},
                  {"status", r.status},
                  {"seconds", r.seconds},
-                 {"blas", first_line_with(stdout_text.substr(0, at == std::string::npos ? stdout_text.size() : at), "BLAS:")},
+                 {"blas", first_line_with(stdout_text.substr(
+                                              0, at == std::string::npos ? stdout_text.size() : at),
+                                          "BLAS:")},
                  {"raw", out_json.filename().string()}};
       if (!settings.value("note", "").empty()) entry["note"] = settings.value("note", "");
       // What it printed after its measurements: after the console JSON, or after the last line of
@@ -350,9 +370,13 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
       }
       if (r.status != 0 || !parsed) {
         entry["failure"] = last_lines(r.output + stderr_text, 15);
-        if (!launched && ranks > 1) entry["failure"] = "mpprun is not built: build the mpprun target\n";
-        if (r.status == 0 && !parsed) entry["failure"] = "no Google Benchmark JSON on rank 0's stdout\n" + last_lines(stdout_text, 10);
-        std::cerr << "bench-report: " << name << " failed (exit " << r.status << "):\n" << entry["failure"].get<std::string>();
+        if (!launched && ranks > 1)
+          entry["failure"] = "mpprun is not built: build the mpprun target\n";
+        if (r.status == 0 && !parsed)
+          entry["failure"] =
+              "no Google Benchmark JSON on rank 0's stdout\n" + last_lines(stdout_text, 10);
+        std::cerr << "bench-report: " << name << " failed (exit " << r.status << "):\n"
+                  << entry["failure"].get<std::string>();
       }
       write_file(raw_dir / (raw_name(group.folder, name) + ".log"), r.output + stderr_text);
       run_info["binaries"].push_back(entry);
@@ -364,9 +388,12 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
       if (ref.value("group", "") != group.folder) continue;
       const std::string script = ref.value("script", "");
       const fs::path path = source_dir / "benchmarks" / "reference" / script;
-      json entry{{"group", group.folder}, {"script", script}, {"compare_with", ref.value("compare_with", "")}};
+      json entry{{"group", group.folder},
+                 {"script", script},
+                 {"compare_with", ref.value("compare_with", "")}};
       std::string args;
-      for (const auto& a : ref.value("args", json::array())) args += " " + shell_quote(substitute(a.get<std::string>(), build_dir));
+      for (const auto& a : ref.value("args", json::array()))
+        args += " " + shell_quote(substitute(a.get<std::string>(), build_dir));
       entry["args"] = trim(args);
       if (!fs::exists(path)) {
         entry["skipped"] = "benchmarks/reference/" + script + " is not in this tree";
@@ -381,22 +408,28 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
         const fs::path logs = raw_dir / (raw + "_logs");
         std::string launcher;
         if (ranks > 1)
-          launcher = fs::exists(mpprun) ? shell_quote(mpprun.string()) + " --nproc-per-node " + std::to_string(ranks) +
-                                              " --log-dir " + shell_quote(logs.string()) + " "
+          launcher = fs::exists(mpprun) ? shell_quote(mpprun.string()) + " --nproc-per-node " +
+                                              std::to_string(ranks) + " --log-dir " +
+                                              shell_quote(logs.string()) + " "
                                         : "false mpprun-is-not-built ";
-        std::cerr << "bench-report: running " << script << args << " on " << ranks << " rank(s) ..." << std::flush;
-        const auto r = run("cd " + shell_quote(source_dir.string()) + " && " + env + launcher + "/usr/bin/python3 " +
-                               shell_quote(path.string()) + args,
+        std::cerr << "bench-report: running " << script << args << " on " << ranks << " rank(s) ..."
+                  << std::flush;
+        const auto r = run("cd " + shell_quote(source_dir.string()) + " && " + env + launcher +
+                               "/usr/bin/python3 " + shell_quote(path.string()) + args,
                            timeout_s);
-        std::cerr << " " << std::fixed << std::setprecision(0) << r.seconds << " s, exit " << r.status << "\n";
+        std::cerr << " " << std::fixed << std::setprecision(0) << r.seconds << " s, exit "
+                  << r.status << "\n";
         entry["status"] = r.status;
         entry["seconds"] = r.seconds;
         entry["raw"] = raw + ".log";
         if (r.status != 0) entry["failure"] = last_lines(r.output, 15);
         const bool from_log = ranks > 1 && fs::exists(logs / "rank_0" / "stdout.log");
-        write_file(raw_dir / entry["raw"].get<std::string>(), from_log ? read_file(logs / "rank_0" / "stdout.log") : r.output);
+        write_file(raw_dir / entry["raw"].get<std::string>(),
+                   from_log ? read_file(logs / "rank_0" / "stdout.log") : r.output);
       }
-      if (entry.contains("skipped")) std::cerr << "bench-report: not running " << script << ": " << entry["skipped"].get<std::string>() << "\n";
+      if (entry.contains("skipped"))
+        std::cerr << "bench-report: not running " << script << ": "
+                  << entry["skipped"].get<std::string>() << "\n";
       run_info["references"].push_back(entry);
     }
   }
@@ -404,7 +437,8 @@ json collect(const fs::path& build_dir, const fs::path& source_dir, const fs::pa
   const fs::path refs = source_dir / "benchmarks" / "reference";
   if (fs::is_directory(refs)) {
     std::set<std::string> listed;
-    for (const auto& ref : config.value("references", json::array())) listed.insert(ref.value("script", ""));
+    for (const auto& ref : config.value("references", json::array()))
+      listed.insert(ref.value("script", ""));
     const json not_run = config.value("not_run", json::object());
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(refs))
@@ -435,11 +469,27 @@ struct Row {
   std::string error;
 };
 
-const std::set<std::string> standard_keys = {
-    "name",        "family_index",   "per_family_instance_index", "run_name", "run_type", "repetitions",
-    "repetition_index", "threads",   "iterations",  "real_time",  "cpu_time", "time_unit",
-    "items_per_second", "bytes_per_second", "label", "aggregate_name", "aggregate_unit",
-    "error_occurred", "error_message", "big_o", "rms"};
+const std::set<std::string> standard_keys = {"name",
+                                             "family_index",
+                                             "per_family_instance_index",
+                                             "run_name",
+                                             "run_type",
+                                             "repetitions",
+                                             "repetition_index",
+                                             "threads",
+                                             "iterations",
+                                             "real_time",
+                                             "cpu_time",
+                                             "time_unit",
+                                             "items_per_second",
+                                             "bytes_per_second",
+                                             "label",
+                                             "aggregate_name",
+                                             "aggregate_unit",
+                                             "error_occurred",
+                                             "error_message",
+                                             "big_o",
+                                             "rms"};
 
 // Google Benchmark JSON -> rows (a median aggregate, when present, stands for its repetitions).
 std::vector<Row> rows_of(const json& doc) {
@@ -468,7 +518,8 @@ std::vector<Row> rows_of(const json& doc) {
 // A reference run prints one line per measurement, either
 //   RESULT <name> <samples per second>
 // or one JSON object:
-//   {"name": "GPipe<8>/2 ranks", "items_per_second": 1234.5, "compare_with": "<mpp benchmark>", ...}
+//   {"name": "GPipe<8>/2 ranks", "items_per_second": 1234.5, "compare_with": "<mpp benchmark>",
+//   ...}
 // Other lines are its log. Every other numeric JSON field is shown as a counter.
 struct ReferenceRow {
   std::string name;
@@ -536,17 +587,22 @@ std::string time_text(double t, const std::string& unit) {
   if (unit == "s") ns = t * 1e9;
   std::ostringstream s;
   s << std::fixed << std::setprecision(ns >= 1e10 ? 1 : ns >= 1e7 ? 1 : ns >= 1e4 ? 1 : 0);
-  if (ns >= 1e9) s << ns / 1e9 << " s";
-  else if (ns >= 1e6) s << ns / 1e6 << " ms";
-  else if (ns >= 1e3) s << ns / 1e3 << " µs";
-  else s << ns << " ns";
+  if (ns >= 1e9)
+    s << ns / 1e9 << " s";
+  else if (ns >= 1e6)
+    s << ns / 1e6 << " ms";
+  else if (ns >= 1e3)
+    s << ns / 1e3 << " µs";
+  else
+    s << ns << " ns";
   return s.str();
 }
 
 // Google Benchmark appends the run settings to a name; the tables and plots leave them out.
 std::string display_name(std::string name) {
   for (const std::string suffix : {"/real_time", "/process_time", "/manual_time"})
-    if (name.size() > suffix.size() && name.ends_with(suffix)) name.resize(name.size() - suffix.size());
+    if (name.size() > suffix.size() && name.ends_with(suffix))
+      name.resize(name.size() - suffix.size());
   static const std::regex iterations("/iterations:[0-9]+$");
   return std::regex_replace(name, iterations, "");
 }
@@ -561,11 +617,20 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -578,8 +643,8 @@ struct Series {
   std::vector<double> values;  // NaN: no bar
 };
 
-std::string bar_chart(const std::string& title, const std::string& axis, const std::vector<std::string>& labels,
-                      const std::vector<Series>& series) {
+std::string bar_chart(const std::string& title, const std::string& axis,
+                      const std::vector<std::string>& labels, const std::vector<Series>& series) {
   const int label_width = 340, plot_width = 420, right = 80, bar = 14, gap = 8, top = 48;
   const int group_height = static_cast<int>(series.size()) * bar + gap;
   const int height = top + static_cast<int>(labels.size()) * group_height + 40;
@@ -591,34 +656,40 @@ std::string bar_chart(const std::string& title, const std::string& axis, const s
   if (max_value <= 0) max_value = 1;
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-      << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+      << "\" viewBox=\"0 0 " << width << " " << height
+      << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg << "<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">" << xml_escape(title) << "</text>\n";
+  svg << "<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">" << xml_escape(title)
+      << "</text>\n";
   int legend_x = 10;
   for (const auto& s : series) {
-    svg << "<rect x=\"" << legend_x << "\" y=\"29\" width=\"12\" height=\"12\" fill=\"" << s.colour << "\"/>";
+    svg << "<rect x=\"" << legend_x << "\" y=\"29\" width=\"12\" height=\"12\" fill=\"" << s.colour
+        << "\"/>";
     svg << "<text x=\"" << legend_x + 16 << "\" y=\"39\">" << xml_escape(s.name) << "</text>\n";
     legend_x += 24 + static_cast<int>(s.name.size()) * 7;
   }
   for (size_t i = 0; i < labels.size(); ++i) {
     const int y0 = top + static_cast<int>(i) * group_height;
-    svg << "<text x=\"" << label_width - 8 << "\" y=\"" << y0 + (static_cast<int>(series.size()) * bar) / 2 + 4
-        << "\" text-anchor=\"end\">" << xml_escape(labels[i]) << "</text>\n";
+    svg << "<text x=\"" << label_width - 8 << "\" y=\""
+        << y0 + (static_cast<int>(series.size()) * bar) / 2 + 4 << "\" text-anchor=\"end\">"
+        << xml_escape(labels[i]) << "</text>\n";
     for (size_t k = 0; k < series.size(); ++k) {
       const double v = series[k].values[i];
       if (std::isnan(v)) continue;
       const int y = y0 + static_cast<int>(k) * bar;
       const double w = std::max(1.0, v / max_value * plot_width);
-      svg << "<rect x=\"" << label_width << "\" y=\"" << y << "\" width=\"" << std::fixed << std::setprecision(1) << w
-          << "\" height=\"" << bar - 2 << "\" fill=\"" << series[k].colour << "\"/>";
-      svg << "<text x=\"" << label_width + w + 4 << "\" y=\"" << y + bar - 4 << "\">" << number(v) << "</text>\n";
+      svg << "<rect x=\"" << label_width << "\" y=\"" << y << "\" width=\"" << std::fixed
+          << std::setprecision(1) << w << "\" height=\"" << bar - 2 << "\" fill=\""
+          << series[k].colour << "\"/>";
+      svg << "<text x=\"" << label_width + w + 4 << "\" y=\"" << y + bar - 4 << "\">" << number(v)
+          << "</text>\n";
     }
   }
   const int axis_y = top + static_cast<int>(labels.size()) * group_height;
-  svg << "<line x1=\"" << label_width << "\" y1=\"" << top - 4 << "\" x2=\"" << label_width << "\" y2=\"" << axis_y
-      << "\" stroke=\"black\"/>\n";
-  svg << "<text x=\"" << label_width + plot_width / 2 << "\" y=\"" << axis_y + 24 << "\" text-anchor=\"middle\">"
-      << xml_escape(axis) << "</text>\n";
+  svg << "<line x1=\"" << label_width << "\" y1=\"" << top - 4 << "\" x2=\"" << label_width
+      << "\" y2=\"" << axis_y << "\" stroke=\"black\"/>\n";
+  svg << "<text x=\"" << label_width + plot_width / 2 << "\" y=\"" << axis_y + 24
+      << "\" text-anchor=\"middle\">" << xml_escape(axis) << "</text>\n";
   svg << "</svg>\n";
   return svg.str();
 }
@@ -641,7 +712,8 @@ std::string hand_written_section(const fs::path& report) {
   return {};
 }
 
-void render(const fs::path& raw_dir, const fs::path& report, const fs::path& figures, const std::string& command) {
+void render(const fs::path& raw_dir, const fs::path& report, const fs::path& figures,
+            const std::string& command) {
   const json info = json::parse(read_file(raw_dir / "run.json"));
   const json& m = info["machine"];
   std::string hand = hand_written_section(report);
@@ -654,9 +726,11 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
 
   std::ostringstream md;
   md << "# Benchmarks\n\n"
-     << generated_mark << ": edit only the hand-written section; rerun the tool to refresh the rest -->\n\n"
-     << "Measured on " << info.value("date", "?") << " at commit `" << info.value("commit", "?") << "` by\n`"
-     << command << "`. The raw Google Benchmark JSON and the reference scripts' output are in\n`"
+     << generated_mark
+     << ": edit only the hand-written section; rerun the tool to refresh the rest -->\n\n"
+     << "Measured on " << info.value("date", "?") << " at commit `" << info.value("commit", "?")
+     << "` by\n`" << command
+     << "`. The raw Google Benchmark JSON and the reference scripts' output are in\n`"
      << fs::relative(raw_dir, report.parent_path()).string()
      << "/`; every figure below is computed from them.\n\n";
   md << "## The machine\n\n| | |\n|---|---|\n";
@@ -671,10 +745,13 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
     md << "| load average | " << number(info.value("load_before", 0.0)) << " when the run started, "
        << number(info.value("load_after", 0.0)) << " when it ended (on " << m.value("cores", 0)
        << " cores; other work on the machine slows the figures down) |\n";
-  md << "| PyTorch reference | " << m.value("python", "?") << ", torch " << m.value("python_torch", "?") << " |\n";
+  md << "| PyTorch reference | " << m.value("python", "?") << ", torch "
+     << m.value("python_torch", "?") << " |\n";
   std::string gb_note = "defaults";
-  if (!info.value("min_time", "").empty()) gb_note = "`--benchmark_min_time=" + info.value("min_time", "") + "`";
-  if (!info.value("filter", "").empty()) gb_note += ", `--benchmark_filter=" + info.value("filter", "") + "`";
+  if (!info.value("min_time", "").empty())
+    gb_note = "`--benchmark_min_time=" + info.value("min_time", "") + "`";
+  if (!info.value("filter", "").empty())
+    gb_note += ", `--benchmark_filter=" + info.value("filter", "") + "`";
   md << "| Google Benchmark | " << gb_note << " |\n\n";
 
   if (!hand.empty()) md << hand_open << "\n\n" << hand << "\n\n" << hand_close << "\n\n";
@@ -683,7 +760,8 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
     md << "## " << group.title << "\n\n";
     bool any = false;
     for (const auto& s : info["skipped"])
-      if (s.value("group", "") == group.folder) md << "**Skipped:** " << s.value("why", "") << ".\n\n";
+      if (s.value("group", "") == group.folder)
+        md << "**Skipped:** " << s.value("why", "") << ".\n\n";
 
     // References of the group, by the mpp benchmark they compare with.
     std::vector<std::pair<std::string, ReferenceRow>> references;  // (script, row)
@@ -706,7 +784,8 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       if (!b.value("note", "").empty()) md << " " << b.value("note", "");
       md << "\n\n";
       if (b.contains("failure")) {
-        md << "**This binary failed** (exit " << b.value("status", -1) << "); its last lines:\n\n```\n"
+        md << "**This binary failed** (exit " << b.value("status", -1)
+           << "); its last lines:\n\n```\n"
            << b.value("failure", "") << "```\n\n";
       }
       const fs::path raw_json = raw_dir / b.value("raw", "");
@@ -758,8 +837,8 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
         Series bandwidth{"mpp", "#3465a4", {}};
         for (const auto& r : rows) bandwidth.values.push_back(r.bytes_per_second / 1e6);
         const std::string file = slug(group.folder + "_" + binary) + ".svg";
-        write_file(figures / file, bar_chart(binary + ": MB per second (higher is better)", "MB/s", labels,
-                                             {bandwidth}));
+        write_file(figures / file, bar_chart(binary + ": MB per second (higher is better)", "MB/s",
+                                             labels, {bandwidth}));
         md << "![" << binary << " bandwidth](" << (figures_rel / file).string() << ")\n\n";
       }
       if (has_items) {
@@ -776,13 +855,14 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       for (const auto& c : counter_names)
         if (c.find("bubble") != std::string::npos) {
           Series s{c, colours[bubble_series.size() % 4], {}};
-          for (const auto& r : rows) s.values.push_back(r.counters.count(c) ? r.counters.at(c) : NAN);
+          for (const auto& r : rows)
+            s.values.push_back(r.counters.count(c) ? r.counters.at(c) : NAN);
           bubble_series.push_back(s);
         }
       if (!bubble_series.empty()) {
         const std::string file = slug(group.folder + "_" + binary) + "_bubble.svg";
-        write_file(figures / file, bar_chart(binary + ": bubble (share of the step idle)", "fraction", labels,
-                                             bubble_series));
+        write_file(figures / file, bar_chart(binary + ": bubble (share of the step idle)",
+                                             "fraction", labels, bubble_series));
         md << "![" << binary << " bubble](" << (figures_rel / file).string() << ")\n\n";
       }
 
@@ -796,10 +876,13 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       if (has_reference) md << "|---:|---:";
       md << "|\n";
       for (const auto& r : rows) {
-        md << "| `" << md_escape(display_name(r.name)) << "` | " << (r.error.empty() ? time_text(r.real_time, r.time_unit) : "error: " + md_escape(r.error))
+        md << "| `" << md_escape(display_name(r.name)) << "` | "
+           << (r.error.empty() ? time_text(r.real_time, r.time_unit)
+                               : "error: " + md_escape(r.error))
            << " | " << number(r.items_per_second);
         if (has_bytes) md << " | " << number(r.bytes_per_second / 1e6);
-        for (const auto& c : counter_names) md << " | " << (r.counters.count(c) ? number(r.counters.at(c)) : "–");
+        for (const auto& c : counter_names)
+          md << " | " << (r.counters.count(c) ? number(r.counters.at(c)) : "–");
         if (has_reference) {
           const auto* ref = reference_for(r.name);
           md << " | " << (ref ? number(ref->items_per_second) : "–") << " | "
@@ -819,15 +902,18 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
       any = true;
       if (!header) {
         md << "### PyTorch references\n\n"
-           << "Each run is `/usr/bin/python3 benchmarks/reference/<script> <arguments>`; its figure also "
+           << "Each run is `/usr/bin/python3 benchmarks/reference/<script> <arguments>`; its "
+              "figure also "
               "stands in the row of the mpp benchmark it is next to, above.\n\n"
            << "| script and arguments | measurement | samples/s | next to |\n|---|---|---:|---|\n";
         header = true;
       }
-      const std::string run_line = "`" + r.value("script", "") + (r.value("args", "").empty() ? "" : " ") +
+      const std::string run_line = "`" + r.value("script", "") +
+                                   (r.value("args", "").empty() ? "" : " ") +
                                    md_escape(r.value("args", "")) + "`";
       if (r.contains("skipped")) {
-        md << "| " << run_line << " | not run: " << md_escape(r.value("skipped", "")) << " | – | – |\n";
+        md << "| " << run_line << " | not run: " << md_escape(r.value("skipped", ""))
+           << " | – | – |\n";
         continue;
       }
       const auto rows = reference_rows(read_file(raw_dir / r.value("raw", "")));
@@ -835,13 +921,15 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
         std::string last = r.value("failure", "");
         std::replace(last.begin(), last.end(), '\n', ' ');
         md << "| " << run_line << " | **failed** (exit " << r.value("status", -1) << ")"
-           << (rows.empty() ? ", no `RESULT <name> <samples/s>` line" : "") << ": " << md_escape(trim(last))
-           << " | – | – |\n";
+           << (rows.empty() ? ", no `RESULT <name> <samples/s>` line" : "") << ": "
+           << md_escape(trim(last)) << " | – | – |\n";
         if (rows.empty()) continue;
       }
       for (const auto& row : rows) {
-        const std::string next_to = row.compare_with.empty() ? r.value("compare_with", "") : row.compare_with;
-        md << "| " << run_line << " | " << md_escape(row.name) << " | " << number(row.items_per_second) << " | "
+        const std::string next_to =
+            row.compare_with.empty() ? r.value("compare_with", "") : row.compare_with;
+        md << "| " << run_line << " | " << md_escape(row.name) << " | "
+           << number(row.items_per_second) << " | "
            << (next_to.empty() ? "–" : "`" + md_escape(next_to) + "`") << " |\n";
       }
     }
@@ -851,15 +939,22 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
   if (info.contains("unlisted_references") && !info["unlisted_references"].empty()) {
     md << "## Reference scripts not run\n\n";
     for (const auto& u : info["unlisted_references"])
-      md << "- `benchmarks/reference/" << u.value("script", "") << "`: " << u.value("why", "") << "\n";
+      md << "- `benchmarks/reference/" << u.value("script", "") << "`: " << u.value("why", "")
+         << "\n";
     md << "\n";
   }
-  md << "## How to reproduce\n\n```sh\ncmake --preset release && cmake --build --preset release\n" << command
-     << "\n```\n\nThe tool runs every executable under `build/<preset>/benchmarks/{comm,pipeline,data_parallel}/` "
-        "through `mpprun` (with the number of ranks `tools/bench-report/report.json` gives it, 1 otherwise) and "
-        "reads the JSON rank 0 writes with `--benchmark_out`; then it runs the PyTorch reference runs that file "
-        "lists with `/usr/bin/python3`, each next to the mpp benchmark it names (`compare_with`). A reference "
-        "prints `RESULT <name> <samples/s>` or one JSON object per measurement. Groups without a binary and "
+  md << "## How to reproduce\n\n```sh\ncmake --preset release && cmake --build --preset release\n"
+     << command
+     << "\n```\n\nThe tool runs every executable under "
+        "`build/<preset>/benchmarks/{comm,pipeline,data_parallel}/` "
+        "through `mpprun` (with the number of ranks `tools/bench-report/report.json` gives it, 1 "
+        "otherwise) and "
+        "reads the JSON rank 0 writes with `--benchmark_out`; then it runs the PyTorch reference "
+        "runs that file "
+        "lists with `/usr/bin/python3`, each next to the mpp benchmark it names (`compare_with`). "
+        "A reference "
+        "prints `RESULT <name> <samples/s>` or one JSON object per measurement. Groups without a "
+        "binary and "
         "scripts not run are listed, not left out silently.\n";
   write_file(report, md.str());
 }
@@ -867,7 +962,9 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench-report: run mpp's benchmark binaries and the PyTorch references, write docs/benchmarks.md"};
+  CLI::App app{
+      "bench-report: run mpp's benchmark binaries and the PyTorch references, write "
+      "docs/benchmarks.md"};
   std::string build_dir = "build/release";
   std::string source_dir = ".";
   std::string report = "docs/benchmarks.md";
@@ -878,15 +975,21 @@ int main(int argc, char** argv) {
   bool render_only = false;
   bool no_python = false;
   int timeout_s = 1800;
-  app.add_option("--build-dir", build_dir, "the build tree holding benchmarks/<group>/ binaries")->capture_default_str();
-  app.add_option("--source-dir", source_dir, "the source tree (benchmarks/reference/, docs/)")->capture_default_str();
-  app.add_option("--out", report, "the report to write, relative to the source tree")->capture_default_str();
-  app.add_option("--figures", figures, "where the SVGs go, relative to the source tree")->capture_default_str();
+  app.add_option("--build-dir", build_dir, "the build tree holding benchmarks/<group>/ binaries")
+      ->capture_default_str();
+  app.add_option("--source-dir", source_dir, "the source tree (benchmarks/reference/, docs/)")
+      ->capture_default_str();
+  app.add_option("--out", report, "the report to write, relative to the source tree")
+      ->capture_default_str();
+  app.add_option("--figures", figures, "where the SVGs go, relative to the source tree")
+      ->capture_default_str();
   app.add_option("--raw", raw_dir, "where the raw output is kept (default: <figures>/raw)");
   app.add_option("--min-time", min_time, "passed as --benchmark_min_time (e.g. 0.5 or 0.5s)");
   app.add_option("--filter", filter, "passed as --benchmark_filter");
-  app.add_option("--timeout", timeout_s, "seconds a binary or script may run")->capture_default_str();
-  app.add_flag("--render-only", render_only, "do not run anything: rewrite the report from the raw data");
+  app.add_option("--timeout", timeout_s, "seconds a binary or script may run")
+      ->capture_default_str();
+  app.add_flag("--render-only", render_only,
+               "do not run anything: rewrite the report from the raw data");
   app.add_flag("--no-python", no_python, "do not run the PyTorch reference scripts");
   CLI11_PARSE(app, argc, argv);
 
@@ -904,18 +1007,20 @@ int main(int argc, char** argv) {
     std::string command = "bench-report";
     if (!ec) {
       const fs::path rel = fs::relative(self, source, ec);
-      command = (!ec && !rel.empty() && rel.begin()->string() != "..") ? rel.string() : self.string();
+      command =
+          (!ec && !rel.empty() && rel.begin()->string() != "..") ? rel.string() : self.string();
     }
     for (int i = 1; i < argc; ++i)
       if (std::string(argv[i]) != "--render-only") command += " " + std::string(argv[i]);
     if (render_only) {
       if (!fs::exists(raw / "run.json"))
-        throw std::runtime_error("bench-report: --render-only needs " + (raw / "run.json").string() +
-                                 "; run without --render-only first");
+        throw std::runtime_error("bench-report: --render-only needs " +
+                                 (raw / "run.json").string() + "; run without --render-only first");
       const json info = json::parse(read_file(raw / "run.json"));
       command = info.value("command", command);
     } else {
-      json info = collect(fs::absolute(build_dir), source, raw, min_time, filter, !no_python, timeout_s);
+      json info =
+          collect(fs::absolute(build_dir), source, raw, min_time, filter, !no_python, timeout_s);
       info["command"] = command;
       write_file(raw / "run.json", info.dump(2) + "\n");
     }

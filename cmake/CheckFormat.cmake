@@ -1,0 +1,28 @@
+# Fails when a C++ source of the project differs from what clang-format makes of it (.clang-format
+# at the top). Run by CTest as format.check:
+#   cmake -DCLANG_FORMAT=<path> -DROOT=<source dir> -P cmake/CheckFormat.cmake
+# Fix with: clang-format -i <the files it lists>
+set(sources)
+foreach(dir include tests examples benchmarks tools)
+  file(GLOB_RECURSE found "${ROOT}/${dir}/*.cpp" "${ROOT}/${dir}/*.hpp" "${ROOT}/${dir}/*.h")
+  list(APPEND sources ${found})
+endforeach()
+list(LENGTH sources count)
+if(count EQUAL 0)
+  message(FATAL_ERROR "format.check: no C++ source found under ${ROOT}")
+endif()
+set(unformatted)
+foreach(source IN LISTS sources)
+  execute_process(COMMAND "${CLANG_FORMAT}" --dry-run --Werror "${source}"
+                  RESULT_VARIABLE status OUTPUT_QUIET ERROR_QUIET)
+  if(NOT status EQUAL 0)
+    file(RELATIVE_PATH relative "${ROOT}" "${source}")
+    list(APPEND unformatted "${relative}")
+  endif()
+endforeach()
+if(unformatted)
+  list(JOIN unformatted "\n  " listing)
+  message(FATAL_ERROR "format.check: these files are not formatted as .clang-format says:\n  "
+                      "${listing}\nrun: clang-format -i <file> (from the top of the checkout)")
+endif()
+message(STATUS "format.check: ${count} files formatted as .clang-format says")
