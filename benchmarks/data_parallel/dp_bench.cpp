@@ -178,58 +178,28 @@ class NullReporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>&) override {}
 };
 
+/// Registers `fn` on `c` under `name/<config>`, one run per bucket cap in MiB (none: no argument).
+template <class Fn>
+void add(const std::string& name, Fn fn, const Config& c,
+         std::vector<std::int64_t> bucket_mb = {}) {
+  auto* b = benchmark::RegisterBenchmark((name + "/" + c.name).c_str(), fn, c);
+  if (!bucket_mb.empty()) b->ArgNames({"bucket_mb"});
+  for (auto mb : bucket_mb) b->Arg(mb);
+  b->Iterations(c.iterations)->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
 void register_all(const Config& c) {
-  const std::string suffix = std::string("/") + c.name;
-  const bool root = world->rank() == 0;
-  if (root)  // the single-process baseline: rank 0 alone, the others wait at the next barrier
-    benchmark::RegisterBenchmark(("Single/global_batch" + suffix).c_str(), single, c)
-        ->Iterations(c.iterations)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-  benchmark::RegisterBenchmark(("NaiveDP<Blocking<Gloo>,PerTensor>" + suffix).c_str(),
-                               naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor>>, c)
-      ->Iterations(c.iterations)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
-  benchmark::RegisterBenchmark(("NaiveDP<Blocking<Gloo>,Coalesced>" + suffix).c_str(),
-                               naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>, c)
-      ->Iterations(c.iterations)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
-  benchmark::RegisterBenchmark(("DDP<Async<Gloo>>" + suffix).c_str(), ddp<mpp::Async<mpp::Gloo>>, c)
-      ->ArgNames({"bucket_mb"})
-      ->Arg(1)
-      ->Arg(5)
-      ->Arg(25)
-      ->Arg(100)
-      ->Iterations(c.iterations)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
-  benchmark::RegisterBenchmark(("DDP<Async<Shm>>" + suffix).c_str(), ddp<mpp::Async<mpp::Shm>>, c)
-      ->ArgNames({"bucket_mb"})
-      ->Arg(5)
-      ->Arg(25)
-      ->Arg(100)
-      ->Iterations(c.iterations)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
-  for (auto [name, fn] :
-       {std::pair{"DDP<Async<Gloo>>+ShardedOptimizer<Adam>", &ddp_sharded<mpp::Async<mpp::Gloo>>},
-        std::pair{"DDP<Async<Shm>>+ShardedOptimizer<Adam>", &ddp_sharded<mpp::Async<mpp::Shm>>}})
-    benchmark::RegisterBenchmark((name + suffix).c_str(), fn, c)
-        ->ArgNames({"bucket_mb"})
-        ->Arg(25)
-        ->Arg(100)
-        ->Iterations(c.iterations)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-  benchmark::RegisterBenchmark(("DDP<Blocking<Gloo>>" + suffix).c_str(),
-                               ddp<mpp::Blocking<mpp::Gloo>>, c)
-      ->ArgNames({"bucket_mb"})
-      ->Arg(25)
-      ->Iterations(c.iterations)
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime();
+  // the single-process baseline: rank 0 alone, the others wait at the next barrier
+  if (world->rank() == 0) add("Single/global_batch", single, c);
+  add("NaiveDP<Blocking<Gloo>,PerTensor>",
+      naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor>>, c);
+  add("NaiveDP<Blocking<Gloo>,Coalesced>",
+      naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>, c);
+  add("DDP<Async<Gloo>>", ddp<mpp::Async<mpp::Gloo>>, c, {1, 5, 25, 100});
+  add("DDP<Async<Shm>>", ddp<mpp::Async<mpp::Shm>>, c, {5, 25, 100});
+  add("DDP<Async<Gloo>>+ShardedOptimizer<Adam>", ddp_sharded<mpp::Async<mpp::Gloo>>, c, {25, 100});
+  add("DDP<Async<Shm>>+ShardedOptimizer<Adam>", ddp_sharded<mpp::Async<mpp::Shm>>, c, {25, 100});
+  add("DDP<Blocking<Gloo>>", ddp<mpp::Blocking<mpp::Gloo>>, c, {25});
 }
 
 }  // namespace

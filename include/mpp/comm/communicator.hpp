@@ -50,12 +50,7 @@ class Communicator {
   static constexpr bool blocking = C::semantics == CommSemantics::rendezvous;
 
   explicit Communicator(ProcessGroup group) : group_(std::move(group)) {
-    if (group_.backend_name() != backend::name)
-      throw std::invalid_argument("mpp: Communicator<" + std::string(C::name) + "<" +
-                                  std::string(backend::name) + ">> was given a " +
-                                  std::string(group_.backend_name()) +
-                                  " process group; create it with init_process_group<" +
-                                  std::string(backend::name) + ">()");
+    require_backend<C>(group_, "Communicator<" + comm_display_name<C>() + ">");
   }
 
   const ProcessGroup& group() const { return group_; }

@@ -4,6 +4,7 @@
 // in mpp/comm/ headers that do include c10d.
 #include <concepts>
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 #include "mpp/schedule/comm_semantics.hpp"
@@ -55,5 +56,11 @@ concept comm_policy = requires {
   { C::semantics } -> std::convertible_to<CommSemantics>;
   { C::name } -> std::convertible_to<std::string_view>;
 };
+
+/// "Async<Gloo>".
+template <comm_policy C>
+std::string comm_display_name() {
+  return std::string(C::name) + "<" + std::string(C::backend::name) + ">";
+}
 
 }  // namespace mpp

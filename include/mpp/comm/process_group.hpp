@@ -39,6 +39,7 @@
 #include "mpp/comm/backend.hpp"
 #include "mpp/comm/env.hpp"
 #include "mpp/comm/error.hpp"
+#include "mpp/comm/policy.hpp"
 #include "mpp/comm/reduce_op.hpp"
 #include "mpp/comm/request.hpp"
 #include "mpp/comm/shm_group.hpp"
@@ -773,6 +774,17 @@ ProcessGroup init_process_group(const Environment& env, CommOptions options) {
 template <comm_backend Backend = Gloo>
 ProcessGroup init_process_group(CommOptions options = CommOptions::from_env()) {
   return init_process_group<Backend>(environment(), std::move(options));
+}
+
+/// Throws unless `group` runs the backend comm policy C names; `user` is what was given the
+/// group, for the message ("DDP<Async<Gloo>>").
+template <comm_policy C>
+void require_backend(const ProcessGroup& group, const std::string& user) {
+  if (group.backend_name() != C::backend::name)
+    throw std::invalid_argument("mpp: " + user + " was given a " +
+                                std::string(group.backend_name()) +
+                                " process group; create it with init_process_group<" +
+                                std::string(C::backend::name) + ">()");
 }
 
 }  // namespace mpp

@@ -78,12 +78,7 @@ class DistributedDataParallel {
   /// `group`. A collective: every rank constructs its DDP at the same point.
   DistributedDataParallel(torch::nn::Module& module, ProcessGroup group, DdpOptions options = {})
       : group_(group), options_(options) {
-    if (group_.backend_name() != Comm::backend::name)
-      throw std::invalid_argument("mpp: DDP<" + std::string(Comm::name) + "<" +
-                                  std::string(Comm::backend::name) + ">> was given a " +
-                                  std::string(group_.backend_name()) +
-                                  " process group; create it with init_process_group<" +
-                                  std::string(Comm::backend::name) + ">()");
+    require_backend<Comm>(group_, "DDP<" + comm_display_name<Comm>() + ">");
     auto params = detail::named_parameters(module, /*trainable_only=*/true);
     if (params.empty())
       throw std::invalid_argument("mpp: DDP needs a module with at least one trainable parameter");

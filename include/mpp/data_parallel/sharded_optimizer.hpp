@@ -91,12 +91,7 @@ class ShardedOptimizer {
   template <class Options>
   ShardedOptimizer(torch::nn::Module& module, ProcessGroup group, const Options& options)
       : group_(std::move(group)) {
-    if (group_.backend_name() != Comm::backend::name)
-      throw std::invalid_argument("mpp: ShardedOptimizer<..., " + std::string(Comm::name) + "<" +
-                                  std::string(Comm::backend::name) + ">> was given a " +
-                                  std::string(group_.backend_name()) +
-                                  " process group; create it with init_process_group<" +
-                                  std::string(Comm::backend::name) + ">()");
+    require_backend<Comm>(group_, "ShardedOptimizer<..., " + comm_display_name<Comm>() + ">");
     const auto named = detail::named_parameters(module, /*trainable_only=*/true);
     if (named.empty())
       throw std::invalid_argument(

@@ -43,12 +43,6 @@ std::string schedule_display_name() {
   return n + ">";
 }
 
-/// "Async<Gloo>".
-template <comm_policy C>
-std::string comm_display_name() {
-  return std::string(C::name) + "<" + std::string(C::backend::name) + ">";
-}
-
 namespace detail {
 template <class P>
 concept has_fixed_pieces = requires {
