@@ -87,3 +87,20 @@ function(mpp_add_subdirectories)
     add_subdirectory(${sub})
   endforeach()
 endfunction()
+
+# mpp_add_lab_test(<test> <lab target> [RANKS n] [ARGS ...]): the lab run on n real ranks (2 by
+# default) through mpprun as a CTest. It fails if any rank exits non-zero or the run outlives
+# mpprun's 240 s deadline (CTest's own stops it at 300 s). Nothing when tests are off.
+function(mpp_add_lab_test name target)
+  cmake_parse_arguments(PARSE_ARGV 2 ARG "" "RANKS" "ARGS")
+  if(NOT MPP_BUILD_TESTS OR NOT TARGET mpprun)
+    return()
+  endif()
+  if(NOT ARG_RANKS)
+    set(ARG_RANKS 2)
+  endif()
+  add_test(NAME ${name}
+           COMMAND mpprun --nproc-per-node ${ARG_RANKS} --log-dir "" --timeout 240
+                   $<TARGET_FILE:${target}> ${ARG_ARGS})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 300)
+endfunction()
