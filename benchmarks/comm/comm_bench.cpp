@@ -36,12 +36,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 #include <benchmark/benchmark.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -50,11 +47,13 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "mpp/comm.hpp"
+#include "mpp/launch/cpu_latency.hpp"
 #include "mpp/util/blas.hpp"
 
 namespace {
@@ -300,36 +299,6 @@ std::string load_average() {
   return one + " " + five + " " + fifteen;
 }
 
-/// Holds /dev/cpu_dma_latency at 0 while alive (see the top of the file); `status` says how.
-class KeepCpusAwake {
- public:
-  explicit KeepCpusAwake(bool wanted) {
-    if (!wanted) {
-      status = "not held (--comm_keep_cpus_awake=0): idle CPUs may halt";
-      return;
-    }
-    fd_ = ::open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
-    const std::int32_t zero = 0;
-    if (fd_ >= 0 && ::write(fd_, &zero, sizeof zero) == static_cast<ssize_t>(sizeof zero)) {
-      status = "held at 0 us: idle CPUs poll instead of halting";
-    } else {
-      status = std::string("could not be held (") + std::strerror(errno) +
-               "): idle CPUs may halt and wake-ups may wait for a timer tick";
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~KeepCpusAwake() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  KeepCpusAwake(const KeepCpusAwake&) = delete;
-  KeepCpusAwake& operator=(const KeepCpusAwake&) = delete;
-  std::string status;
-
- private:
-  int fd_ = -1;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -377,13 +346,16 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond)
         ->UseManualTime();
 
-  const KeepCpusAwake awake(keep_awake);
+  std::optional<mpp::launch::CpuLatencyLimit> awake;
+  if (keep_awake) awake.emplace(0);
   if (group.rank() == 0) {
     mpp::util::print_blas_report(at::get_num_threads());
     std::printf("ranks: 2 processes on %s, Gloo over %s\n",
                 mpp::environment().single_host() ? "one host" : "several hosts",
                 mpp::environment().single_host() ? "loopback" : "the network");
-    std::printf("/dev/cpu_dma_latency: %s\n", awake.status.c_str());
+    std::printf("%s\n", awake ? awake->status().c_str()
+                              : "/dev/cpu_dma_latency not held (--comm_keep_cpus_awake=0): idle "
+                                "CPUs may halt");
     std::printf("load average before: %s\n", load_average().c_str());
     SummaryReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);

@@ -120,6 +120,12 @@ MPP_TEST_WORKER("mpprun_wait") {
   return nap(30s);
 }
 
+MPP_TEST_WORKER("mpprun_cpu_latency") {
+  std::printf("cpu_latency_us=%lld\n",
+              static_cast<long long>(mpp::launch::current_cpu_latency_limit_us()));
+  return 0;
+}
+
 TEST_SUITE("mpprun") {
   TEST_CASE("a rank that exits 3 makes mpprun exit 3 promptly and leaves no process behind") {
     const auto logs = scratch_dir("exit3");
@@ -202,6 +208,29 @@ TEST_SUITE("mpprun") {
     CHECK(mpprun.status.exit_code == 3);
     CHECK(mpprun.error_output.find("restarting all ranks (restart 1 of 1)") != std::string::npos);
     CHECK(pids_in(mpprun.output, "pid").size() == 4);
+  }
+
+  TEST_CASE("--cpu-latency-us holds the CPU wake-up limit while the ranks run, or says why not") {
+    const auto result =
+        run_mpprun({"--nproc-per-node", "2", "--cpu-latency-us", "0", "--log-dir", "",
+                    mpp::test::self_executable(), "--mpp-worker=mpprun_cpu_latency"});
+    const auto& mpprun = result.ranks.at(0);
+    INFO(mpprun.output);
+    INFO(mpprun.error_output);
+    REQUIRE(result.ok());
+    if (mpprun.error_output.find("mpprun: /dev/cpu_dma_latency held at 0 us: idle CPUs poll "
+                                 "instead of halting while the ranks run") != std::string::npos) {
+      // every rank sees the limit in force (a limit is the smallest any process holds)
+      CHECK(mpprun.output.find("[rank0]: cpu_latency_us=0\n") != std::string::npos);
+      CHECK(mpprun.output.find("[rank1]: cpu_latency_us=0\n") != std::string::npos);
+    } else {
+      MESSAGE("this machine does not let the test hold /dev/cpu_dma_latency (not root?)");
+      CHECK(mpprun.error_output.find("mpprun: /dev/cpu_dma_latency could not be held (") !=
+            std::string::npos);
+      CHECK(mpprun.error_output.find("; running without it") != std::string::npos);
+    }
+    const auto bad = run_mpprun({"--cpu-latency-us", "-1", "/bin/true"});
+    CHECK(bad.ranks.at(0).status.exit_code != 0);
   }
 
   TEST_CASE("usage errors name the fix") {

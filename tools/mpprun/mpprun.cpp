@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,10 @@ Failure: when a rank exits non-zero or dies from a signal, the other ranks get S
 SIGKILL after the grace period (each rank's whole process group, so nothing is left behind);
 mpprun names the rank and its code or signal and exits with that code (128 + signal when killed).
 Exit 124 when --timeout expires, 130 on Ctrl-C (which stops all ranks).
+
+Latency: on machines whose idle CPUs halt (VMs, power-saving hosts) a rank woken by a message can
+wait for a timer tick; --cpu-latency-us 0 keeps idle CPUs polling while the job runs, at the cost
+of their power. It changes the whole machine's behaviour, so it is never on by default.
 
 Security: the rendezvous store (served by rank 0 on MASTER_PORT) is unauthenticated, as in
 PyTorch: whoever reaches the port can read and write its keys. On one host it listens on
@@ -89,6 +94,11 @@ int main(int argc, char** argv) {
   app.add_option("--grace-period", grace_s, "Seconds between SIGTERM and SIGKILL when stopping")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  int cpu_latency_us = -1;
+  app.add_option("--cpu-latency-us", cpu_latency_us,
+                 "While the ranks run, keep idle CPUs able to wake within this many microseconds "
+                 "(0: they poll; holds /dev/cpu_dma_latency, needs root)")
+      ->check(CLI::Range(0, 1000000000));
 
   try {
     app.parse(argc, argv);
@@ -105,6 +115,12 @@ int main(int argc, char** argv) {
   }
 
   install_stop_handlers();
+  std::optional<mpp::launch::CpuLatencyLimit> cpu_latency;
+  if (cpu_latency_us >= 0) {
+    cpu_latency.emplace(cpu_latency_us);
+    std::fprintf(stderr, "mpprun: %s%s\n", cpu_latency->status().c_str(),
+                 cpu_latency->held() ? " while the ranks run" : "; running without it");
+  }
   const bool port_given = layout.master_port != 0;
   mpp::launch::LaunchOptions options;
   options.command = command;

@@ -1,0 +1,69 @@
+#pragma once
+// The CPU wake-up latency limit (Linux PM QoS, /dev/cpu_dma_latency). On machines whose idle
+// CPUs halt or enter deep sleep states (virtual machines with haltpoll, most laptops and
+// servers), a thread woken on an idle CPU can wait a long time to run: on the 2-core VMs mpp
+// is measured on, a receive whose CPU had halted was seen waiting for the next 4 ms timer tick.
+// Ranks that wait for each other every few hundred microseconds (a pipeline of small
+// micro-batches, a ping-pong) pay that on every message. While a process holds the file open
+// with a limit written to it, the kernel keeps idle CPUs in states they leave within that many
+// microseconds (0: they poll). Writing needs root; the limit lapses when the file is closed.
+// Torch-free.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace mpp::launch {
+
+inline constexpr const char* cpu_latency_device = "/dev/cpu_dma_latency";
+
+/// Holds the CPU wake-up latency limit at `microseconds` while alive; `status()` says whether it
+/// could, in a sentence.
+class CpuLatencyLimit {
+ public:
+  explicit CpuLatencyLimit(std::int32_t microseconds) : microseconds_(microseconds) {
+    fd_ = ::open(cpu_latency_device, O_WRONLY | O_CLOEXEC);
+    if (fd_ >= 0 && ::write(fd_, &microseconds, sizeof microseconds) ==
+                        static_cast<ssize_t>(sizeof microseconds)) {
+      status_ = std::string(cpu_latency_device) + " held at " + std::to_string(microseconds) +
+                " us: idle CPUs " +
+                (microseconds == 0 ? "poll instead of halting" : "stay in shallow sleep states");
+      return;
+    }
+    status_ = std::string(cpu_latency_device) + " could not be held (" + std::strerror(errno) +
+              (errno == EACCES || errno == EPERM ? "; it needs root" : "") +
+              "): idle CPUs may halt and wake-ups may wait for a timer tick";
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  ~CpuLatencyLimit() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  CpuLatencyLimit(const CpuLatencyLimit&) = delete;
+  CpuLatencyLimit& operator=(const CpuLatencyLimit&) = delete;
+
+  bool held() const { return fd_ >= 0; }
+  std::int32_t microseconds() const { return microseconds_; }
+  const std::string& status() const { return status_; }
+
+ private:
+  std::int32_t microseconds_;
+  int fd_ = -1;
+  std::string status_;
+};
+
+/// The limit in force now (the smallest any process holds; 2000000000 when none does), or -1
+/// when it cannot be read.
+inline std::int64_t current_cpu_latency_limit_us() {
+  const int fd = ::open(cpu_latency_device, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  std::int32_t value = 0;
+  const auto got = ::read(fd, &value, sizeof value);
+  ::close(fd);
+  return got == static_cast<ssize_t>(sizeof value) ? value : -1;
+}
+
+}  // namespace mpp::launch
