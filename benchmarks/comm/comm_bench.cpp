@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/paired.hpp"
 #include "mpp/comm.hpp"
 #include "mpp/launch/cpu_latency.hpp"
 #include "mpp/util/blas.hpp"
@@ -142,27 +143,8 @@ const std::array<Slot, 5> slots{{
     {"Async", "Async<Gloo>", &Policy<mpp::Async<mpp::Gloo>>::round_trip},
 }};
 
-double median_of_sorted(const std::vector<double>& v) {
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/// The median of `v` with a distribution-free 95 % confidence interval: the order statistics
-/// j < k with P(X_(j) <= median <= X_(k)) >= 0.95 under Binomial(n, 1/2) (normal approximation).
-struct MedianInterval {
-  double median, lo, hi;
-};
-MedianInterval median_with_interval(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const double n = static_cast<double>(v.size());
-  const double half_width = 1.96 * std::sqrt(n) / 2.0;
-  const auto last = static_cast<std::ptrdiff_t>(v.size()) - 1;
-  const auto j = std::clamp<std::ptrdiff_t>(
-      static_cast<std::ptrdiff_t>(std::floor(n / 2.0 - half_width)) - 1, 0, last);
-  const auto k = std::clamp<std::ptrdiff_t>(
-      static_cast<std::ptrdiff_t>(std::ceil(n / 2.0 + half_width)), 0, last);
-  return {median_of_sorted(v), v[static_cast<std::size_t>(j)], v[static_cast<std::size_t>(k)]};
-}
+using mpp::bench::median_of_sorted;
+using mpp::bench::median_with_interval;
 
 void bm_p2p(benchmark::State& state) {
   const std::int64_t bytes = state.range(0);

@@ -19,10 +19,12 @@
 
 #include <boost/hana/for_each.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "../common/paired.hpp"
 #include "mpp/comm.hpp"
 #include "mpp/pipeline.hpp"
 #include "mpp/util/blas.hpp"
@@ -37,11 +39,12 @@ struct Config {
   std::int64_t hidden;
   std::int64_t batch;
   int iterations;
+  int paired_blocks;  // blocks of four steps for the paired overhead
 };
 
 // The course's model, and the compute-bound one; both 16 layers, M = 8 micro-batches.
-constexpr Config course{"course_h128_b32", 128, 32, 100};
-constexpr Config compute_bound{"compute_h1024_b128", 1024, 128, 10};
+constexpr Config course{"course_h128_b32", 128, 32, 100, 400};
+constexpr Config compute_bound{"compute_h1024_b128", 1024, 128, 10, 40};
 constexpr int M = 8;
 constexpr int P = 2;
 constexpr int warmup_steps = 3;
@@ -58,24 +61,36 @@ struct MeanSquaredError {
   }
 };
 
+/// One training step of a Pipeline on this rank, with its own model and Adam.
 template <class Pipe>
-void library(benchmark::State& state, const Config& c) {
-  world->barrier();
-  const auto cfg = model_of(c);
-  Pipe pipe(*world, mpp::MlpModel{cfg});
-  torch::optim::Adam adam(pipe.parameters(), torch::optim::AdamOptions(1e-4));
-  const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
-  const at::Tensor x = pipe.is_first() ? batch.inputs : at::Tensor();
-  const at::Tensor y = pipe.is_last() ? batch.targets : at::Tensor();
-  auto step = [&] {
+struct LibraryStep {
+  explicit LibraryStep(const Config& c)
+      : cfg(model_of(c)),
+        pipe(*world, mpp::MlpModel{cfg}),
+        adam(pipe.parameters(), torch::optim::AdamOptions(1e-4)) {
+    const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
+    x = pipe.is_first() ? batch.inputs : at::Tensor();
+    y = pipe.is_last() ? batch.targets : at::Tensor();
+  }
+  void operator()() {
     adam.zero_grad();
     pipe.train_step(x, y, MeanSquaredError{});
     adam.step();
-  };
+  }
+  mpp::models::MlpConfig cfg;
+  Pipe pipe;
+  torch::optim::Adam adam;
+  at::Tensor x, y;
+};
+
+template <class Pipe>
+void library(benchmark::State& state, const Config& c) {
+  world->barrier();
+  LibraryStep<Pipe> step(c);
   for (int i = 0; i < warmup_steps; ++i) step();
   for (auto _ : state) step();
   state.SetItemsProcessed(state.iterations() * c.batch);
-  if (const auto report = mpp::report_last_step(pipe)) {
+  if (const auto report = mpp::report_last_step(step.pipe)) {
     state.counters["bubble"] = report->figures.bubble;
     state.counters["bubble_pred_unit"] = report->predicted_unit.bubble_fraction();
     state.counters["bubble_pred_meas"] = report->predicted_measured.bubble_fraction();
@@ -88,19 +103,20 @@ void library(benchmark::State& state, const Config& c) {
 
 /// GPipe over two ranks written by hand on raw c10d calls: what Pipeline<Uniform<2>, GPipe<8>,
 /// Async<Gloo>> does, with nothing general about it (known shapes, no header, no trace).
-void hand_written_gpipe(benchmark::State& state, const Config& c) {
-  world->barrier();
-  const auto cfg = model_of(c);
-  const int rank = world->rank();
-  auto stage =
-      mpp::models::make_mlp_layers(cfg, rank * cfg.layers / 2, (rank + 1) * cfg.layers / 2);
-  torch::optim::Adam adam(stage->parameters(), torch::optim::AdamOptions(1e-4));
-  const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
-  const auto xs = batch.inputs.chunk(M);
-  const auto ys = batch.targets.chunk(M);
-  c10d::ProcessGroup& pg = world->c10d_group();
-  const std::int64_t mb = c.batch / M;
-  auto step = [&] {
+struct HandWrittenStep {
+  explicit HandWrittenStep(const Config& c)
+      : cfg(model_of(c)),
+        rank(world->rank()),
+        stage(
+            mpp::models::make_mlp_layers(cfg, rank * cfg.layers / 2, (rank + 1) * cfg.layers / 2)),
+        adam(stage->parameters(), torch::optim::AdamOptions(1e-4)),
+        pg(world->c10d_group()),
+        mb(c.batch / M) {
+    const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
+    xs = batch.inputs.chunk(M);
+    ys = batch.targets.chunk(M);
+  }
+  void operator()() {
     adam.zero_grad();
     std::vector<c10::intrusive_ptr<c10d::Work>> sends;
     std::vector<at::Tensor> outs(M), ins(M), bufs(M);
@@ -145,10 +161,66 @@ void hand_written_gpipe(benchmark::State& state, const Config& c) {
     std::vector<at::Tensor> loss{at::scalar_tensor(loss_sum, at::kDouble)};
     pg.broadcast(loss, {1, 0})->wait();
     adam.step();
-  };
+  }
+  mpp::models::MlpConfig cfg;
+  int rank;
+  torch::nn::Sequential stage;
+  torch::optim::Adam adam;
+  c10d::ProcessGroup& pg;
+  std::int64_t mb;
+  std::vector<at::Tensor> xs, ys;
+};
+
+void hand_written_gpipe(benchmark::State& state, const Config& c) {
+  world->barrier();
+  HandWrittenStep step(c);
   for (int i = 0; i < warmup_steps; ++i) step();
   for (auto _ : state) step();
   state.SetItemsProcessed(state.iterations() * c.batch);
+}
+
+/// The library's overhead over the hand-written loop, paired: one iteration is a block of four
+/// steps, library and loop twice each in the order ABBA or BAAB (alternating), each timed on
+/// rank 0; the block's ratio is the library's two steps over the loop's two. Reports the median
+/// ratio with a distribution-free 95 % interval (`overhead_pct`, `ci_lo_pct`, `ci_hi_pct`).
+void paired_overhead(benchmark::State& state, const Config& c) {
+  using Pipe = mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, mpp::Async<mpp::Gloo>>;
+  world->barrier();
+  LibraryStep<Pipe> library_step(c);
+  HandWrittenStep loop_step(c);
+  for (int i = 0; i < warmup_steps; ++i) {
+    library_step();
+    loop_step();
+  }
+  using Clock = std::chrono::steady_clock;
+  auto timed = [](auto& step) {
+    const auto t = Clock::now();
+    step();
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  std::vector<double> ratios;
+  bool library_first = true;
+  for (auto _ : state) {
+    double lib = 0, loop = 0;
+    if (library_first) {
+      lib += timed(library_step);
+      loop += timed(loop_step);
+      loop += timed(loop_step);
+      lib += timed(library_step);
+    } else {
+      loop += timed(loop_step);
+      lib += timed(library_step);
+      lib += timed(library_step);
+      loop += timed(loop_step);
+    }
+    library_first = !library_first;
+    ratios.push_back(lib / loop);
+  }
+  const auto overhead = mpp::bench::median_with_interval(std::move(ratios));
+  state.counters["overhead_pct"] = (overhead.median - 1) * 100;
+  state.counters["ci_lo_pct"] = (overhead.lo - 1) * 100;
+  state.counters["ci_hi_pct"] = (overhead.hi - 1) * 100;
+  state.SetItemsProcessed(state.iterations() * 4 * c.batch);
 }
 
 /// The whole model on one process and one core (rank 0; rank 1 waits).
@@ -243,6 +315,12 @@ void register_all() {
     benchmark::RegisterBenchmark(("hand_written/GPipe<8>/raw c10d Gloo/P=2" + suffix).c_str(),
                                  hand_written_gpipe, *c)
         ->Iterations(c->iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(
+        ("paired/GPipe<8>/Async<Gloo>/Uniform<2>_over_hand_written" + suffix).c_str(),
+        paired_overhead, *c)
+        ->Iterations(c->paired_blocks)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
     // The matrix: one line per Schedule x Comm x Partition, from the policy list.
