@@ -285,9 +285,7 @@ int main(int argc, char** argv) {
   double replicated_step_s = 0, sharded_step_s = 0;
   std::int64_t replicated_state = 0, sharded_state = 0;
   {
-    std::vector<int> everyone(static_cast<std::size_t>(world.size()));
-    for (int r = 0; r < world.size(); ++r) everyone[static_cast<std::size_t>(r)] = r;
-    auto shm = world.new_group<mpp::Shm>(everyone);
+    auto shm = world.new_group<mpp::Shm>();
     const auto cap = static_cast<std::size_t>(bucket_mb * 1024 * 1024);
     for (const bool shard : {false, true}) {
       auto replica = mpp::models::make_full_mlp(s.cfg);

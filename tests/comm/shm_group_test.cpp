@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -151,9 +150,7 @@ MPP_TEST_WORKER("shm_values") {
   at::set_num_threads(1);
   auto world = mpp::init_process_group<mpp::Shm>();
   print_segment(world);
-  std::vector<int> everyone(static_cast<std::size_t>(world.size()));
-  std::iota(everyone.begin(), everyone.end(), 0);
-  auto gloo = world.new_group<mpp::Gloo>(everyone);
+  auto gloo = world.new_group<mpp::Gloo>();
   auto& shm = shm_of(world);
   const int W = world.size(), me = world.rank();
 
@@ -413,9 +410,7 @@ torch::nn::Sequential train_ddp(const mpp::ProcessGroup& group, const mpp::model
 MPP_TEST_WORKER("shm_ddp") {
   at::set_num_threads(1);
   auto world = mpp::init_process_group();
-  std::vector<int> everyone(static_cast<std::size_t>(world.size()));
-  std::iota(everyone.begin(), everyone.end(), 0);
-  auto shm = world.new_group<mpp::Shm>(everyone);
+  auto shm = world.new_group<mpp::Shm>();
   print_segment(shm);
   struct Case {
     mpp::models::MlpConfig cfg;

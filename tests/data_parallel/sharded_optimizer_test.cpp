@@ -141,9 +141,7 @@ MPP_TEST_WORKER("zero_equivalence") {
   train_and_check<mpp::Async<mpp::Gloo>>(group, reference, "DDP<Async<Gloo>> + ShardedOptimizer");
   train_and_check<mpp::Blocking<mpp::Gloo>>(group, reference,
                                             "DDP<Blocking<Gloo>> + ShardedOptimizer");
-  std::vector<int> everyone(static_cast<std::size_t>(group.size()));
-  std::iota(everyone.begin(), everyone.end(), 0);
-  auto shm = group.new_group<mpp::Shm>(everyone);
+  auto shm = group.new_group<mpp::Shm>();
   train_and_check<mpp::Async<mpp::Shm>>(shm, reference, "DDP<Async<Shm>> + ShardedOptimizer");
   return 0;
 }

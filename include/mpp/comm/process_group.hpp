@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <future>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -474,6 +475,14 @@ class ProcessGroup {
   template <comm_backend Backend>
   ProcessGroup new_group(std::vector<int> ranks) const {
     return make_sub_group(std::move(ranks), &backend_traits<Backend>::make, Backend::name);
+  }
+
+  /// Every rank of this group, in its order, over another backend: `world.new_group<mpp::Shm>()`.
+  template <comm_backend Backend>
+  ProcessGroup new_group() const {
+    std::vector<int> all(static_cast<std::size_t>(size()));
+    std::iota(all.begin(), all.end(), 0);
+    return new_group<Backend>(std::move(all));
   }
 
  private:
