@@ -66,31 +66,31 @@ double process_cpu_seconds() {
 
 struct Trainer {
   torch::nn::Sequential model;
-  std::unique_ptr<torch::optim::Adam> opt;
-  std::function<void()> sharded_step;  // replaces opt->step() under a ShardedOptimizer
-  std::function<void()> zero_grad;     // replaces opt->zero_grad() under a ShardedOptimizer
   mpp::models::Batch batch;
   std::function<void()> sync;  // after backward (naive DP); empty for DDP and single
   std::shared_ptr<void> keep;  // the NaiveDP / DDP object
+  // The optimizer: Adam over every parameter unless a benchmark installs another one.
+  std::shared_ptr<void> optimizer;
+  std::function<void()> zero_grad, optimizer_step;
 
   Trainer(const Config& c, std::int64_t batch_size) {
     model = mpp::models::make_full_mlp({.hidden = c.hidden, .layers = 16, .seed = 1});
-    opt =
-        std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-4));
     batch = mpp::models::make_regression_batch({.hidden = c.hidden, .layers = 16, .seed = 1},
                                                batch_size, 0);
+    use_optimizer(
+        std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-4)));
+  }
+  template <class Optimizer>
+  void use_optimizer(std::shared_ptr<Optimizer> opt) {
+    zero_grad = [o = opt.get()] { o->zero_grad(); };
+    optimizer_step = [o = opt.get()] { o->step(); };
+    optimizer = std::move(opt);
   }
   void step() {
-    if (zero_grad)
-      zero_grad();
-    else
-      opt->zero_grad();
+    zero_grad();
     torch::mse_loss(model->forward(batch.inputs), batch.targets).backward();
     if (sync) sync();
-    if (sharded_step)
-      sharded_step();
-    else
-      opt->step();
+    optimizer_step();
   }
 };
 
@@ -114,35 +114,20 @@ void naive(benchmark::State& state, const Config& c) {
       1e3 * dp->comm_seconds() / static_cast<double>(state.iterations() + warmup_steps);
 }
 
-template <class Comm>
+/// DDP over `Comm`; with `Sharded`, the optimizer's state and step are split over the ranks
+/// (ShardedOptimizer, ZeRO stage 1): each rank runs Adam on its share of the parameters, then
+/// the updated shares are exchanged.
+template <class Comm, bool Sharded = false>
 void ddp(benchmark::State& state, const Config& c) {
-  world->barrier();
-  Trainer t(c, c.global_batch / world->size());
-  const auto cap = static_cast<std::size_t>(state.range(0)) * 1024 * 1024;
-  auto d = std::make_shared<mpp::DDP<Comm>>(*t.model, group_for<typename Comm::backend>(),
-                                            mpp::DdpOptions{.bucket_bytes = cap});
-  t.keep = d;
-  run(state, t, c);
-  state.counters["buckets"] = static_cast<double>(d->buckets().buckets.size());
-  state.counters["exposed_comm_ms_per_step"] =
-      1e3 * d->comm_wait_seconds() / static_cast<double>(state.iterations() + warmup_steps);
-}
-
-/// DDP with the optimizer's state and step sharded over the ranks (ZeRO stage 1): each rank runs
-/// Adam on half of the parameters, then the updated halves are exchanged.
-template <class Comm>
-void ddp_sharded(benchmark::State& state, const Config& c) {
   world->barrier();
   Trainer t(c, c.global_batch / world->size());
   const auto cap = static_cast<std::size_t>(state.range(0)) * 1024 * 1024;
   const auto& group = group_for<typename Comm::backend>();
   auto d = std::make_shared<mpp::DDP<Comm>>(*t.model, group, mpp::DdpOptions{.bucket_bytes = cap});
-  auto sharded = std::make_shared<mpp::ShardedOptimizer<torch::optim::Adam, Comm>>(
-      *t.model, group, torch::optim::AdamOptions(1e-4));
-  t.opt.reset();
-  t.sharded_step = [sharded] { sharded->step(); };
-  t.keep = std::make_shared<std::pair<decltype(d), decltype(sharded)>>(d, sharded);
-  t.zero_grad = [sharded] { sharded->zero_grad(); };
+  t.keep = d;
+  if constexpr (Sharded)
+    t.use_optimizer(std::make_shared<mpp::ShardedOptimizer<torch::optim::Adam, Comm>>(
+        *t.model, group, torch::optim::AdamOptions(1e-4)));
   run(state, t, c);
   state.counters["buckets"] = static_cast<double>(d->buckets().buckets.size());
   state.counters["exposed_comm_ms_per_step"] =
@@ -197,8 +182,8 @@ void register_all(const Config& c) {
       naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>, c);
   add("DDP<Async<Gloo>>", ddp<mpp::Async<mpp::Gloo>>, c, {1, 5, 25, 100});
   add("DDP<Async<Shm>>", ddp<mpp::Async<mpp::Shm>>, c, {5, 25, 100});
-  add("DDP<Async<Gloo>>+ShardedOptimizer<Adam>", ddp_sharded<mpp::Async<mpp::Gloo>>, c, {25, 100});
-  add("DDP<Async<Shm>>+ShardedOptimizer<Adam>", ddp_sharded<mpp::Async<mpp::Shm>>, c, {25, 100});
+  add("DDP<Async<Gloo>>+ShardedOptimizer<Adam>", ddp<mpp::Async<mpp::Gloo>, true>, c, {25, 100});
+  add("DDP<Async<Shm>>+ShardedOptimizer<Adam>", ddp<mpp::Async<mpp::Shm>, true>, c, {25, 100});
   add("DDP<Blocking<Gloo>>", ddp<mpp::Blocking<mpp::Gloo>>, c, {25});
 }
 
@@ -215,9 +200,7 @@ int main(int argc, char** argv) {
     argc = kept;
   }
   benchmark::Initialize(&argc, argv);
-  std::vector<int> everyone;
-  for (int r = 0; r < group.size(); ++r) everyone.push_back(r);
-  auto shm = group.new_group<mpp::Shm>(everyone);
+  auto shm = group.new_group<mpp::Shm>();
   shm_world = &shm;
   register_all(course);
   register_all(compute_bound);
