@@ -1,9 +1,9 @@
 // The Shm backend between real processes (world sizes 2, 3 and 4): all-reduce through shared
 // memory equals Gloo's for every supported dtype and op, from 1 element to several chunks,
-// contiguous or not; async all-reduces complete in order; replicas get the same bits; other
-// dtypes and every other operation go through Gloo; a dead or silent peer is named within the
-// deadline; ranks on different hosts are refused; no segment is left in /dev/shm; DDP over Shm
-// trains the same parameters as DDP over Gloo.
+// contiguous or not; all_gather_runs gives every owner's bits to every rank; async all-reduces
+// complete in order; replicas get the same bits; other dtypes and every other operation go through
+// Gloo; a dead or silent peer is named within the deadline; ranks on different hosts are refused;
+// no segment is left in /dev/shm; DDP over Shm trains the same parameters as DDP over Gloo.
 #include <doctest/doctest.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/loss.h>
@@ -317,6 +317,92 @@ MPP_TEST_WORKER("shm_mismatch") {
   return 1;
 }
 
+/// Runs of `n` elements, one per rank, tiling [0, n) in reverse rank order (the last rank owns
+/// the first run) with uneven lengths; with 4 ranks rank 1 owns nothing.
+std::vector<std::pair<std::int64_t, std::int64_t>> uneven_runs(std::int64_t n, int world) {
+  std::vector<std::int64_t> length(static_cast<std::size_t>(world));
+  std::int64_t left = n;
+  for (int r = world - 1; r > 0; --r) {
+    length[static_cast<std::size_t>(r)] =
+        (world == 4 && r == 1) ? 0 : left * (r + 1) / (2 * world + 1);
+    left -= length[static_cast<std::size_t>(r)];
+  }
+  length[0] = left;
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs(static_cast<std::size_t>(world));
+  std::int64_t offset = 0;
+  for (int r = world - 1; r >= 0; --r) {
+    runs[static_cast<std::size_t>(r)] = {offset, length[static_cast<std::size_t>(r)]};
+    offset += length[static_cast<std::size_t>(r)];
+  }
+  return runs;
+}
+
+// all_gather_runs: every owner's bits land on every rank, through shared memory and through the
+// Gloo fallback alike, for several chunks, odd sizes, several dtypes, an empty run; runs that do
+// not tile the tensor are refused; ranks passing different runs fail naming both.
+MPP_TEST_WORKER("shm_all_gather") {
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group<mpp::Shm>();
+  auto gloo = world.new_group<mpp::Gloo>();
+  const int W = world.size(), me = world.rank();
+  int seed = 0;
+  for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kLong}) {
+    for (std::int64_t n : {std::int64_t{W}, std::int64_t{1001}, 2 * chunk_floats + 1000}) {
+      ++seed;
+      const auto runs = uneven_runs(n, W);
+      // this rank's values in its own run, something else everywhere else
+      at::Tensor want = at::empty({n}, at::kDouble);
+      for (int q = 0; q < W; ++q) {
+        const auto [offset, count] = runs[static_cast<std::size_t>(q)];
+        want.narrow(0, offset, count)
+            .copy_(values(n, q, seed, at::kDouble).narrow(0, offset, count));
+      }
+      want = want.to(dtype);
+      at::Tensor mine = at::full({n}, -7.0 - me, at::kDouble).to(dtype);
+      const auto [offset, count] = runs[static_cast<std::size_t>(me)];
+      mine.narrow(0, offset, count).copy_(want.narrow(0, offset, count));
+      at::Tensor over_gloo = mine.clone();
+      const std::string what = std::string(c10::toString(dtype)) + "[" + std::to_string(n) +
+                               "] on rank " + std::to_string(me);
+      auto pending = world.iall_gather_runs(mine, runs);
+      pending.wait();
+      gloo.all_gather_runs(over_gloo, runs);
+      expect(at::equal(mine, want), what + ": Shm result differs from the owners' values");
+      expect(at::equal(over_gloo, want), what + ": Gloo result differs from the owners' values");
+    }
+  }
+  // refused before anything is sent, with what is wrong
+  auto t = at::zeros({10});
+  auto refused = [&](std::vector<std::pair<std::int64_t, std::int64_t>> runs, at::Tensor x,
+                     const std::string& part) {
+    try {
+      world.all_gather_runs(x, runs);
+    } catch (const std::invalid_argument& e) {
+      expect(contains(e.what(), part), std::string(e.what()) + " should say: " + part);
+      return;
+    }
+    throw std::runtime_error("all_gather_runs accepted bad runs (" + part + ")");
+  };
+  std::vector<std::pair<std::int64_t, std::int64_t>> gap(static_cast<std::size_t>(W), {10, 0});
+  gap[0] = {1, 9};
+  refused(gap, t, "element 0 is owned by no rank");
+  refused({{0, 10}}, t, "one run per rank of the group (" + std::to_string(W) + ")");
+  refused(uneven_runs(10, W), at::zeros({2, 5}), "flat contiguous tensor");
+  // ranks that disagree on who owns what fail together, naming both calls
+  auto x = at::zeros({100});
+  auto runs = uneven_runs(100, W);
+  if (me == 0) std::swap(runs[0], runs[static_cast<std::size_t>(W - 1)]);
+  try {
+    world.all_gather_runs(x, runs);
+  } catch (const mpp::CommError& e) {
+    expect(contains(e.what(), "called all_gather #"), e.what());
+    expect(contains(e.what(), "owned runs"), e.what());
+    std::printf("rank %d: all_gather_runs agrees with Gloo; mismatch: %s\n", me, e.what());
+    return 0;
+  }
+  return 1;
+}
+
 // The last rank leaves in the middle of an all-reduce of several chunks; the others must fail
 // well before their deadline, naming it.
 MPP_TEST_WORKER("shm_dead_peer") {
@@ -460,6 +546,16 @@ TEST_CASE(
     auto world = mpp::test::run_world(ranks, "shm_values", bounded(240));
     CHECK_MESSAGE(world.ok(), world.report());
     check_no_segment_left(world);
+  }
+}
+
+TEST_CASE(
+    "Shm all_gather_runs gives every rank every owner's run, bit for bit, as the Gloo fallback "
+    "does - bad runs refused, disagreeing ranks named") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    auto world = mpp::test::run_world(ranks, "shm_all_gather", bounded(180));
+    CHECK_MESSAGE(world.ok(), world.report());
   }
 }
 

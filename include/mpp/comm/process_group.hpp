@@ -20,6 +20,7 @@
 // Every wait has a deadline (CommOptions::timeout); on expiry CommTimeout names the operation
 // and the peer. Tensors may have any CPU dtype and any strides.
 // A ProcessGroup is a cheap handle: copies share the same connections.
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/view_as_real.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -453,6 +454,21 @@ class ProcessGroup {
     return post_broadcast(tensor, root);
   }
   void broadcast(const at::Tensor& tensor, int root) const { post_broadcast(tensor, root).wait(); }
+  /// Every rank owns one run of the flat tensor `flat`: `runs[r]` = {offset, numel} of rank r,
+  /// the same list on every rank, the runs tiling `flat` in any order (a rank may own nothing:
+  /// numel 0). When the request completes, every rank's `flat` holds every owner's run, bit for
+  /// bit: how ZeRO hands updated parameter shards around. Over Shm the owner copies its run into
+  /// shared memory and the others copy it out; over other backends it is an all-reduce (sum) in
+  /// which every rank contributes zeros outside its own run (x + 0 = x).
+  [[nodiscard]] Request iall_gather_runs(
+      const at::Tensor& flat,
+      const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) const {
+    return post_all_gather_runs(flat, runs);
+  }
+  void all_gather_runs(const at::Tensor& flat,
+                       const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) const {
+    post_all_gather_runs(flat, runs).wait();
+  }
   void barrier() const {
     auto& s = member();
     auto info = op_info("barrier", -1, -1, at::Tensor(), /*collective=*/true);
@@ -704,6 +720,52 @@ class ProcessGroup {
     });
     return Request(std::move(work), std::move(info), staging, target,
                    mean ? static_cast<double>(size()) : 0.0);
+  }
+
+  Request post_all_gather_runs(
+      const at::Tensor& flat,
+      const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) const {
+    check_tensor("all_gather_runs", flat);
+    const auto& s = member();
+    if (flat.dim() != 1 || !flat.is_contiguous())
+      throw std::invalid_argument("mpp: all_gather_runs needs a flat contiguous tensor (got " +
+                                  std::to_string(flat.dim()) + " dimensions" +
+                                  (flat.is_contiguous() ? "" : ", not contiguous") +
+                                  "); pass tensor.view(-1)");
+    if (runs.size() != static_cast<std::size_t>(size()))
+      throw std::invalid_argument("mpp: all_gather_runs needs one run per rank of the group (" +
+                                  std::to_string(size()) + "), got " + std::to_string(runs.size()));
+    std::vector<std::pair<std::int64_t, std::int64_t>> sorted(runs.begin(), runs.end());
+    std::sort(sorted.begin(), sorted.end());
+    std::int64_t covered = 0;
+    for (const auto& [offset, numel] : sorted) {
+      if (numel < 0 || offset != covered)
+        throw std::invalid_argument("mpp: all_gather_runs: the runs must tile the tensor of " +
+                                    std::to_string(flat.numel()) +
+                                    " elements without gaps or overlaps; element " +
+                                    std::to_string(covered) + " is " +
+                                    (offset > covered ? "owned by no rank" : "owned twice") +
+                                    " (runs are {offset, numel} per rank)");
+      covered += numel;
+    }
+    if (covered != flat.numel())
+      throw std::invalid_argument("mpp: all_gather_runs: the runs cover " +
+                                  std::to_string(covered) + " of the tensor's " +
+                                  std::to_string(flat.numel()) + " elements");
+    if (auto* shm = dynamic_cast<ShmProcessGroup*>(s.pg.get())) {
+      auto info = op_info("all_gather_runs", -1, -1, flat, true);
+      std::vector<detail::shm::Run> owned;
+      for (const auto& [offset, numel] : runs) owned.push_back({offset, numel});
+      return Request(call(info, [&] { return shm->all_gather_runs(flat, std::move(owned)); }),
+                     std::move(info), flat);
+    }
+    const auto [mine, count] = runs[static_cast<std::size_t>(rank())];
+    {
+      at::NoGradGuard no_grad;
+      flat.narrow(0, 0, mine).zero_();
+      flat.narrow(0, mine + count, flat.numel() - mine - count).zero_();
+    }
+    return post_all_reduce("all_gather_runs", flat, ReduceOp::sum, false);
   }
 
   Request post_broadcast(const at::Tensor& tensor, int root) const {

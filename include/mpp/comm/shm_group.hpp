@@ -5,6 +5,10 @@
 // all-reduces of other dtypes or of bitwise ops) goes to an inner Gloo group, built exactly as
 // the Gloo backend builds it.
 //
+// all_gather_runs() goes through the segment as well: every rank owns one run of a flat tensor
+// (ZeRO's parameter shards) and every rank ends with every owner's run, each byte copied once in
+// and once out instead of being reduced with zeros from the other ranks.
+//
 // An all-reduce runs on the group's worker thread, in submission order. The tensor is cut into
 // chunks of Shm::chunk_bytes; chunk k uses buffer k % Shm::buffers of the segment, which holds
 // one slot per rank:
@@ -93,11 +97,19 @@ struct alignas(64) Counter {
 
 /// What a rank put into a chunk; compared across ranks to catch collectives called differently.
 struct ChunkTag {
-  std::uint64_t op;  // number of the all-reduce on this group (1, 2, ...)
+  std::uint64_t op;  // number of the collective on this group (1, 2, ...)
   std::int64_t numel;
   std::int32_t dtype;
-  std::int32_t reduce;
+  std::int32_t reduce;  // the reduce op; -1 for an all-gather
+  std::uint64_t runs;   // all-gather: a hash of who owns which run (0 for an all-reduce)
 };
+
+/// What the worker runs.
+enum class Kind { all_reduce, all_gather };
+
+inline const char* kind_name(Kind kind) {
+  return kind == Kind::all_gather ? "all_gather" : "all_reduce";
+}
 
 struct alignas(64) RankBlock {
   Counter arrived;            // chunks this rank has copied in
@@ -185,9 +197,34 @@ inline std::string op_text(RedOp op) {
 }
 
 inline std::string tag_text(const ChunkTag& t) {
-  return "all_reduce #" + std::to_string(t.op) + " of " +
-         c10::toString(static_cast<at::ScalarType>(t.dtype)) + "[" + std::to_string(t.numel) +
-         "] " + op_text(static_cast<RedOp>(t.reduce));
+  const std::string head = std::string(t.reduce < 0 ? "all_gather" : "all_reduce") + " #" +
+                           std::to_string(t.op) + " of " +
+                           c10::toString(static_cast<at::ScalarType>(t.dtype)) + "[" +
+                           std::to_string(t.numel) + "]";
+  if (t.reduce < 0) return head + " (owned runs " + std::to_string(t.runs) + ")";
+  return head + " " + op_text(static_cast<RedOp>(t.reduce));
+}
+
+/// One element range [offset, offset + numel) of a flat tensor.
+struct Run {
+  std::int64_t offset = 0;
+  std::int64_t numel = 0;
+};
+
+/// A hash of the runs, compared across ranks (FNV-1a).
+inline std::uint64_t runs_hash(const std::vector<Run>& runs) {
+  std::uint64_t h = 1469598103934665603ULL;
+  auto mix = [&](std::int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<std::uint64_t>(v >> (8 * i)) & 0xff;
+      h *= 1099511628211ULL;
+    }
+  };
+  for (const auto& r : runs) {
+    mix(r.offset);
+    mix(r.numel);
+  }
+  return h;
 }
 
 /// A process that no longer runs (or is a zombie waiting to be reaped).
@@ -403,6 +440,36 @@ inline std::unique_ptr<Segment> open_segment(c10d::Store& store, int rank, int s
   return segment;
 }
 
+/// Copies `n` bytes into this rank's slot with non-temporal stores, which write whole cache lines
+/// to memory without first reading them in. The peers read the slot from another core, so a
+/// plain memcpy's stores must first take every line back from the core that read it last: on the
+/// 2-core EPYC VMs the docs were measured on that made a 64 MiB all-reduce take 9.5 ms in some
+/// runs and 33 ms in others (the memcpy then took five times the reduction); streaming stores
+/// took 12 ms in every run. The fence orders them before the release that publishes the chunk.
+inline void copy_to_slot(char* dst, const char* src, std::size_t n) {
+#if defined(__x86_64__)
+  std::size_t i = 0;
+  const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
+  if (n >= head + 64) {
+    std::memcpy(dst, src, head);
+    for (i = head; i + 64 <= n; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+  }
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
 // ---- reductions -----------------------------------------------------------------------------
 
 template <class T, class F>
@@ -481,14 +548,15 @@ inline void reduce_chunk(at::ScalarType dtype, RedOp op, void* out,
 /// What the worker is blocked on, for the message of a caller whose wait runs out first.
 struct Progress {
   std::mutex mutex;
-  std::uint64_t running = 0;  // the all-reduce being executed (0: none)
-  std::string waiting;        // set while the worker sleeps on peers
+  std::uint64_t running = 0;  // the collective being executed (0: none)
+  const char* running_kind = "all_reduce";
+  std::string waiting;  // set while the worker sleeps on peers
 
   std::string describe(std::uint64_t number) {
     std::lock_guard<std::mutex> lock(mutex);
     std::string s;
     if (running != 0 && running < number)
-      s = "it has not started: all_reduce #" + std::to_string(running) +
+      s = "it has not started: " + std::string(running_kind) + " #" + std::to_string(running) +
           " before it is still running";
     else
       s = "it is running";
@@ -499,8 +567,9 @@ struct Progress {
 
 }  // namespace detail::shm
 
-/// The Work of a Shm all-reduce (or of a barrier queued behind them): completed by the group's
-/// worker thread. Its wait() names what the worker waits for when the caller's deadline passes.
+/// The Work of a Shm all-reduce or all-gather (or of a barrier queued behind them): completed by
+/// the group's worker thread. Its wait() names what the worker waits for when the caller's deadline
+/// passes.
 class ShmWork : public c10d::Work {
  public:
   ShmWork(int rank, c10d::OpType type, std::uint64_t number,
@@ -514,8 +583,8 @@ class ShmWork : public c10d::Work {
     } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
       lock.unlock();
       throw std::runtime_error(
-          "mpp: " + std::string(barrier_ ? "barrier after " : "") + "all_reduce #" +
-          std::to_string(number_) + " over shared memory timed out after " +
+          "mpp: " + std::string(barrier_ ? "barrier after " : "") + detail::shm::kind_name(kind_) +
+          " #" + std::to_string(number_) + " over shared memory timed out after " +
           detail::shm::duration_text(timeout) + ": " + progress_->describe(number_));
     }
     if (exception_) std::rethrow_exception(exception_);
@@ -536,10 +605,13 @@ class ShmWork : public c10d::Work {
   at::Tensor data_;    // contiguous: the caller's tensor, or a staging copy of it
   at::Tensor target_;  // the caller's tensor when data_ is a staging copy
   detail::shm::RedOp op_ = detail::shm::RedOp::SUM;
+  detail::shm::Kind kind_ = detail::shm::Kind::all_reduce;
+  std::vector<detail::shm::Run> runs_;  // all-gather: the run of every rank
 };
 
 /// A c10d process group for ranks of one host: all-reduce of CPU float32/float64/bfloat16 with
-/// sum, avg, product, min or max through shared memory; everything else through `inner` (Gloo).
+/// sum, avg, product, min or max, and all_gather_runs, through shared memory; everything else
+/// through `inner` (Gloo).
 class ShmProcessGroup : public c10d::ProcessGroup {
  public:
   /// A collective: every rank of the group constructs it with the same store and chunk size.
@@ -633,6 +705,50 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     auto work = c10::make_intrusive<ShmWork>(rank_, c10d::OpType::BARRIER, submitted_, progress_);
     work->barrier_ = true;
     work->barrier_options_ = opts;
+    enqueue(work);
+    return work;
+  }
+
+  /// Every rank owns one run of `flat`, `runs[r]` = {offset, numel} for rank r (the same list on
+  /// every rank; runs may be empty and must not overlap); when the work completes, every rank's
+  /// `flat` holds every owner's run, bit for bit. In place, through the segment: the owner copies
+  /// its run in, the others copy it out. Elements outside every run are left as they are. Any
+  /// dtype (bytes are copied); `flat` must be a contiguous CPU tensor.
+  c10::intrusive_ptr<c10d::Work> all_gather_runs(const at::Tensor& flat,
+                                                 std::vector<detail::shm::Run> runs) {
+    if (!flat.defined() || !flat.device().is_cpu() || flat.layout() != at::kStrided ||
+        !flat.is_contiguous())
+      throw std::invalid_argument(
+          "mpp: all_gather over shared memory needs a contiguous CPU tensor");
+    if (runs.size() != static_cast<std::size_t>(size_))
+      throw std::invalid_argument("mpp: all_gather over shared memory needs one run per rank (" +
+                                  std::to_string(size_) + "), got " + std::to_string(runs.size()));
+    std::vector<detail::shm::Run> sorted;
+    for (const auto& r : runs) {
+      if (r.offset < 0 || r.numel < 0 || r.offset + r.numel > flat.numel())
+        throw std::invalid_argument("mpp: all_gather over shared memory: the run [" +
+                                    std::to_string(r.offset) + ", " +
+                                    std::to_string(r.offset + r.numel) + ") lies outside the " +
+                                    std::to_string(flat.numel()) + " elements of the tensor");
+      if (r.numel > 0) sorted.push_back(r);
+    }
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto& a, const auto& b) { return a.offset < b.offset; });
+    for (std::size_t i = 1; i < sorted.size(); ++i)
+      if (sorted[i - 1].offset + sorted[i - 1].numel > sorted[i].offset)
+        throw std::invalid_argument(
+            "mpp: all_gather over shared memory: two ranks own overlapping runs (at element " +
+            std::to_string(sorted[i].offset) + ")");
+    auto work =
+        c10::make_intrusive<ShmWork>(rank_, c10d::OpType::ALLGATHER, ++submitted_, progress_);
+    work->kind_ = detail::shm::Kind::all_gather;
+    work->data_ = flat;
+    work->runs_ = std::move(runs);
+    if (!worker_.joinable()) {  // one rank: it owns everything there is
+      work->data_ = at::Tensor();
+      work->complete(nullptr);
+      return work;
+    }
     enqueue(work);
     return work;
   }
@@ -758,12 +874,16 @@ class ShmProcessGroup : public c10d::ProcessGroup {
           {
             std::lock_guard<std::mutex> lock(progress_->mutex);
             progress_->running = work->number();
+            progress_->running_kind = detail::shm::kind_name(work->kind_);
           }
           if (!failure_.empty())
-            throw std::runtime_error("mpp: all_reduce #" + std::to_string(work->number()) +
+            throw std::runtime_error("mpp: " + name(*work) +
                                      " over shared memory was not run: an earlier one failed (" +
                                      failure_ + ")");
-          all_reduce(*work);
+          if (work->kind_ == detail::shm::Kind::all_gather)
+            all_gather(*work);
+          else
+            all_reduce(*work);
           if (work->target_.defined()) work->target_.copy_(work->data_);
         }
       } catch (const std::exception& e) {
@@ -815,25 +935,25 @@ class ShmProcessGroup : public c10d::ProcessGroup {
       }
       const auto now = detail::shm::Clock::now();
       if (stopping_)
-        throw std::runtime_error("mpp: all_reduce #" + std::to_string(work.number()) +
+        throw std::runtime_error("mpp: " + name(work) +
                                  " over shared memory was abandoned: the process group was "
                                  "destroyed while waiting for rank(s) " +
                                  detail::shm::rank_list(missing));
       if (now >= deadline)
         throw std::runtime_error(
-            "mpp: all_reduce #" + std::to_string(work.number()) +
-            " over shared memory timed out: rank(s) " + detail::shm::rank_list(missing) +
-            " did not " + verb + " " + where + " within " + detail::shm::duration_text(timeout_) +
+            "mpp: " + name(work) + " over shared memory timed out: rank(s) " +
+            detail::shm::rank_list(missing) + " did not " + verb + " " + where + " within " +
+            detail::shm::duration_text(timeout_) +
             "; they are stuck, dead, or calling collectives in another order (raise the deadline "
             "with MPP_TIMEOUT_S if they are just slow)");
       if (now >= next_check) {
         next_check = now + milliseconds(100);
         for (int q : missing)
           if (watchable_[static_cast<std::size_t>(q)] && detail::shm::process_gone(block(q).pid))
-            throw std::runtime_error(
-                "mpp: all_reduce #" + std::to_string(work.number()) + " over shared memory: rank " +
-                std::to_string(q) + " (process " + std::to_string(block(q).pid) +
-                ") exited before it could " + verb + " " + where + "; look at its log");
+            throw std::runtime_error("mpp: " + name(work) + " over shared memory: rank " +
+                                     std::to_string(q) + " (process " +
+                                     std::to_string(block(q).pid) + ") exited before it could " +
+                                     verb + " " + where + "; look at its log");
       }
       auto& word = (block(missing.front()).*which).value;
       const std::uint32_t seen = word.load(std::memory_order_acquire);
@@ -846,30 +966,32 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     progress_->waiting.clear();
   }
 
-  std::string describe(const ShmWork& work) const {
-    return "all_reduce #" + std::to_string(work.number()) + " (" +
-           c10::toString(work.data_.scalar_type()) + "[" + std::to_string(work.data_.numel()) +
-           "] " + detail::shm::op_text(work.op_) + ")";
+  static std::string name(const ShmWork& work) {
+    return std::string(detail::shm::kind_name(work.kind_)) + " #" + std::to_string(work.number());
   }
 
-  void all_reduce(ShmWork& work) {
-    const at::Tensor& data = work.data_;
-    const auto dtype = data.scalar_type();
-    const std::size_t element = data.element_size();
-    const std::size_t numel = static_cast<std::size_t>(data.numel());
+  std::string describe(const ShmWork& work) const {
+    const std::string what = c10::toString(work.data_.scalar_type()) + std::string("[") +
+                             std::to_string(work.data_.numel()) + "]";
+    if (work.kind_ == detail::shm::Kind::all_gather) return name(work) + " (" + what + ")";
+    return name(work) + " (" + what + " " + detail::shm::op_text(work.op_) + ")";
+  }
+
+  /// Moves `work.data_` through the segment chunk by chunk (Shm::chunk_bytes each, the same
+  /// chunking on every rank): `fill(c, slot)` puts this rank's part of chunk c into its slot,
+  /// `consume(c, k)` reads every rank's slot of chunk number k once all have arrived.
+  template <class Fill, class Consume>
+  void exchange(ShmWork& work, const detail::shm::ChunkTag& tag, Fill fill, Consume consume) {
+    const std::size_t element = work.data_.element_size();
+    const std::size_t numel = static_cast<std::size_t>(work.data_.numel());
     if (numel == 0) return;
     const std::size_t per_chunk = layout_.chunk_bytes / element;
     const std::size_t chunks = (numel + per_chunk - 1) / per_chunk;
-    char* bytes = static_cast<char*>(data.data_ptr());
-    const detail::shm::ChunkTag tag{work.number(), static_cast<std::int64_t>(numel),
-                                    static_cast<std::int32_t>(dtype),
-                                    static_cast<std::int32_t>(work.op_)};
     const std::uint32_t first = next_chunk_;
     next_chunk_ += static_cast<std::uint32_t>(chunks);
     RankBlock& mine = block(rank_);
 
     const auto depth = static_cast<std::uint32_t>(layout_.buffers);
-    auto count_of = [&](std::size_t c) { return std::min(per_chunk, numel - c * per_chunk); };
     std::size_t copied = 0;  // chunks of this tensor already in this rank's slots
     // Copies the next chunk in once every rank has finished reading what its buffer held
     // `depth` chunks ago; without `wait`, only if that is already so.
@@ -879,14 +1001,13 @@ class ShmProcessGroup : public c10d::ProcessGroup {
         wait_all(&RankBlock::consumed, k - depth, "free a buffer for", work, copied, chunks);
       else if (!all_reached(&RankBlock::consumed, k - depth))
         return false;
-      std::memcpy(slot(k, rank_), bytes + copied * per_chunk * element, count_of(copied) * element);
+      fill(copied, slot(k, rank_));
       mine.tag[k % depth] = tag;
       publish(mine.arrived, k);
       ++copied;
       return true;
     };
 
-    std::vector<const char*> inputs(static_cast<std::size_t>(size_));
     for (std::size_t c = 0; c < chunks; ++c) {
       const std::uint32_t k = first + static_cast<std::uint32_t>(c);
       // Run ahead: fill the free buffers before waiting for the peers' copies of chunk c.
@@ -897,20 +1018,82 @@ class ShmProcessGroup : public c10d::ProcessGroup {
       for (int q = 0; q < size_; ++q) {
         const auto& theirs = block(q).tag[k % depth];
         if (theirs.op != tag.op || theirs.numel != tag.numel || theirs.dtype != tag.dtype ||
-            theirs.reduce != tag.reduce)
+            theirs.reduce != tag.reduce || theirs.runs != tag.runs)
           throw std::runtime_error(
-              "mpp: all_reduce over shared memory: rank " + std::to_string(q) + " called " +
+              "mpp: " + std::string(detail::shm::kind_name(work.kind_)) +
+              " over shared memory: rank " + std::to_string(q) + " called " +
               detail::shm::tag_text(theirs) + " while rank " + std::to_string(rank_) + " called " +
               detail::shm::tag_text(tag) +
               "; every rank must call the same collectives with tensors of the same size and "
               "dtype, in the same order");
-        inputs[static_cast<std::size_t>(q)] = slot(k, q);
       }
-      // Every rank reduces the whole chunk, in rank order, with the same code: the same bits.
-      detail::shm::reduce_chunk(dtype, work.op_, bytes + c * per_chunk * element, inputs,
-                                count_of(c), scratch_);
+      consume(c, k);
       publish(mine.consumed, k);
     }
+  }
+
+  void all_reduce(ShmWork& work) {
+    const at::Tensor& data = work.data_;
+    const auto dtype = data.scalar_type();
+    const std::size_t element = data.element_size();
+    const std::size_t numel = static_cast<std::size_t>(data.numel());
+    const std::size_t per_chunk = layout_.chunk_bytes / element;
+    auto count_of = [&](std::size_t c) { return std::min(per_chunk, numel - c * per_chunk); };
+    char* bytes = static_cast<char*>(data.data_ptr());
+    const detail::shm::ChunkTag tag{work.number(), static_cast<std::int64_t>(numel),
+                                    static_cast<std::int32_t>(dtype),
+                                    static_cast<std::int32_t>(work.op_), 0};
+    std::vector<const char*> inputs(static_cast<std::size_t>(size_));
+    exchange(
+        work, tag,
+        [&](std::size_t c, char* slot) {
+          detail::shm::copy_to_slot(slot, bytes + c * per_chunk * element, count_of(c) * element);
+        },
+        [&](std::size_t c, std::uint32_t k) {
+          for (int q = 0; q < size_; ++q) inputs[static_cast<std::size_t>(q)] = slot(k, q);
+          // Every rank reduces the whole chunk, in rank order, with the same code: the same bits.
+          detail::shm::reduce_chunk(dtype, work.op_, bytes + c * per_chunk * element, inputs,
+                                    count_of(c), scratch_);
+        });
+  }
+
+  void all_gather(ShmWork& work) {
+    const at::Tensor& data = work.data_;
+    const std::size_t element = data.element_size();
+    const auto numel = static_cast<std::int64_t>(data.numel());
+    const auto per_chunk = static_cast<std::int64_t>(layout_.chunk_bytes / element);
+    char* bytes = static_cast<char*>(data.data_ptr());
+    const detail::shm::ChunkTag tag{work.number(), numel,
+                                    static_cast<std::int32_t>(data.scalar_type()), -1,
+                                    detail::shm::runs_hash(work.runs_)};
+    // The part of rank q's run inside chunk c, as [begin, end) elements of the tensor.
+    auto part = [&](int q, std::size_t c) {
+      const auto& run = work.runs_[static_cast<std::size_t>(q)];
+      const std::int64_t lo = static_cast<std::int64_t>(c) * per_chunk;
+      const std::int64_t hi = std::min(lo + per_chunk, numel);
+      return std::pair{std::max(lo, run.offset), std::min(hi, run.offset + run.numel)};
+    };
+    exchange(
+        work, tag,
+        [&](std::size_t c, char* slot) {
+          const auto [begin, end] = part(rank_, c);
+          const std::int64_t lo = static_cast<std::int64_t>(c) * per_chunk;
+          if (begin < end)
+            detail::shm::copy_to_slot(slot + static_cast<std::size_t>(begin - lo) * element,
+                                      bytes + static_cast<std::size_t>(begin) * element,
+                                      static_cast<std::size_t>(end - begin) * element);
+        },
+        [&](std::size_t c, std::uint32_t k) {
+          const std::int64_t lo = static_cast<std::int64_t>(c) * per_chunk;
+          for (int q = 0; q < size_; ++q) {
+            if (q == rank_) continue;
+            const auto [begin, end] = part(q, c);
+            if (begin < end)
+              std::memcpy(bytes + static_cast<std::size_t>(begin) * element,
+                          slot(k, q) + static_cast<std::size_t>(begin - lo) * element,
+                          static_cast<std::size_t>(end - begin) * element);
+          }
+        });
   }
 
   /// Whether every peer's `which` counter has reached `target` (no waiting).

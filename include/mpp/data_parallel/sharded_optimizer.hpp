@@ -14,14 +14,14 @@
 // P contiguous ranges of about the same number of bytes, and rank r's inner optimizer holds and
 // steps range r only.
 //
-// After the step the updated parameters travel to the other ranks as an all-reduce in which
-// every rank but the owner contributes zeros: x + 0 = x, so every replica receives the owner's
-// bits and the replicas stay bit-identical. So that this is one collective per dtype and not one
-// per tensor (a small all-reduce costs a round trip whatever its size), the parameters are moved
-// at construction into one flat buffer per dtype, in registration order, and stay there as views
-// (`set_data`, as DDP keeps gradients in its buckets): zeroing what this rank does not own and
-// reducing the buffer in place copies nothing. An all-reduce rather than a broadcast from each
-// owner, because it is the operation the Shm backend runs through shared memory.
+// After the step the updated parameters travel to the other ranks with ProcessGroup's
+// all_gather_runs: every replica receives the owner's bits and the replicas stay bit-identical
+// (over Shm the owner's run is copied into shared memory and out again; over Gloo it is an
+// all-reduce in which every rank but the owner contributes zeros, x + 0 = x). So that this is one
+// collective per dtype and not one per tensor (a small collective costs a round trip whatever
+// its size), the parameters are moved at construction into one flat buffer per dtype, in
+// registration order, and stay there as views (`set_data`, as DDP keeps gradients in its
+// buckets): each rank's parameters are one run of that buffer, exchanged in place.
 //
 // Training follows the same path as with an unsharded optimizer: the owner's update uses the
 // averaged gradient DDP (or NaiveDP) left in .grad, exactly as a replica of plain DDP would.
@@ -125,14 +125,12 @@ class ShardedOptimizer {
   void step() {
     if (inner_) inner_->step();
     at::NoGradGuard no_grad;
-    for (auto& flat : flats_)
-      for (const auto& r : flat.foreign) flat.buffer.narrow(0, r.first, r.second).zero_();
     if constexpr (Comm::semantics == CommSemantics::buffered) {
       std::vector<Request> pending;
-      for (auto& flat : flats_) pending.push_back(group_.iall_reduce(flat.buffer, ReduceOp::sum));
+      for (auto& flat : flats_) pending.push_back(group_.iall_gather_runs(flat.buffer, flat.runs));
       wait_all(pending);
     } else {
-      for (auto& flat : flats_) group_.all_reduce(flat.buffer, ReduceOp::sum);
+      for (auto& flat : flats_) group_.all_gather_runs(flat.buffer, flat.runs);
     }
   }
 
@@ -144,11 +142,11 @@ class ShardedOptimizer {
   const ProcessGroup& group() const { return group_; }
 
  private:
-  /// The parameters of one dtype, back to back; `foreign` are the (offset, length) runs of
-  /// elements this rank does not own.
+  /// The parameters of one dtype, back to back; `runs[r]` = (offset, numel) of rank r's
+  /// parameters in it (one run each: owners follow registration order).
   struct Flat {
     at::Tensor buffer;
-    std::vector<std::pair<std::int64_t, std::int64_t>> foreign;
+    std::vector<std::pair<std::int64_t, std::int64_t>> runs;
   };
 
   void flatten() {
@@ -160,7 +158,9 @@ class ShardedOptimizer {
       std::int64_t total = 0;
       for (std::size_t i = first; i < params_.size(); ++i)
         if (params_[i].scalar_type() == dtype) total += params_[i].numel();
-      Flat flat{at::empty({total}, params_[first].options().requires_grad(false)), {}};
+      Flat flat{at::empty({total}, params_[first].options().requires_grad(false)),
+                std::vector<std::pair<std::int64_t, std::int64_t>>(
+                    static_cast<std::size_t>(group_.size()), {0, 0})};
       std::int64_t offset = 0;
       for (std::size_t i = first; i < params_.size(); ++i) {
         if (placed[i] || params_[i].scalar_type() != dtype) continue;
@@ -169,16 +169,16 @@ class ShardedOptimizer {
         at::Tensor view = flat.buffer.narrow(0, offset, n).view(p.sizes());
         view.copy_(p);
         p.set_data(view);
-        if (plan_.owner[i] != group_.rank()) {
-          if (!flat.foreign.empty() &&
-              flat.foreign.back().first + flat.foreign.back().second == offset)
-            flat.foreign.back().second += n;
-          else
-            flat.foreign.emplace_back(offset, n);
-        }
+        auto& run = flat.runs[static_cast<std::size_t>(plan_.owner[i])];
+        if (run.second == 0) run.first = offset;
+        run.second += n;
         placed[i] = true;
         offset += n;
       }
+      // A rank with nothing of this dtype owns the empty run where its range would start.
+      for (std::size_t r = 0; r < flat.runs.size(); ++r)
+        if (flat.runs[r].second == 0)
+          flat.runs[r].first = r == 0 ? 0 : flat.runs[r - 1].first + flat.runs[r - 1].second;
       flats_.push_back(std::move(flat));
     }
   }
