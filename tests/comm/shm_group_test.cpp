@@ -388,6 +388,7 @@ MPP_TEST_WORKER("shm_all_gather") {
   refused(gap, t, "element 0 is owned by no rank");
   refused({{0, 10}}, t, "one run per rank of the group (" + std::to_string(W) + ")");
   refused(uneven_runs(10, W), at::zeros({2, 5}), "flat contiguous tensor");
+  refused(uneven_runs(10, W), at::zeros({10}, at::kComplexFloat).conj(), "lazy conjugate");
   // ranks that disagree on who owns what fail together, naming both calls
   auto x = at::zeros({100});
   auto runs = uneven_runs(100, W);

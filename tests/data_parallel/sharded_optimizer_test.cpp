@@ -2,22 +2,31 @@
 // DDP + ShardedOptimizer<Adam> on 2 and 4 ranks (Gloo and Shm, async and blocking) trains the
 // parameters single-process Adam trains on the global batch, the replicas stay bit-identical,
 // each rank keeps optimizer state for its own shard only, and a wrong setup is refused by name.
+// A checkpoint of the shards resumes training bit for bit, and a bad one is refused on every rank.
 #include <doctest/doctest.h>
 
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "../support/worker.hpp"
 #include "../support/world.hpp"
+#include "mpp/checkpoint/sharded_optimizer.hpp"
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel.hpp"
 #include "mpp/models/mlp.hpp"
@@ -170,6 +179,109 @@ MPP_TEST_WORKER("zero_refused") {
   return caught == 2 ? 0 : 1;
 }
 
+/// DDP + ShardedOptimizer<AdamW> over Shm on one model, stepped on the global batches.
+struct ShardedRun {
+  using Comm = mpp::Async<mpp::Shm>;
+  torch::nn::Sequential model;
+  std::unique_ptr<mpp::DDP<Comm>> ddp;
+  std::unique_ptr<mpp::ShardedOptimizer<torch::optim::AdamW, Comm>> opt;
+
+  ShardedRun(const mpp::ProcessGroup& group, std::uint64_t seed)
+      : model(mpp::models::make_full_mlp(small_config(seed))) {
+    ddp = std::make_unique<mpp::DDP<Comm>>(*model, group, mpp::DdpOptions{.bucket_bytes = 1000});
+    opt = std::make_unique<mpp::ShardedOptimizer<torch::optim::AdamW, Comm>>(
+        *model, group, torch::optim::AdamWOptions(learning_rate));
+  }
+  void step(const mpp::ProcessGroup& group, int s) {
+    const auto per_rank = global_batch / group.size();
+    opt->zero_grad();
+    const auto full = mpp::models::make_regression_batch(small_config(100), global_batch, s);
+    loss_on(model, {full.inputs.narrow(0, group.rank() * per_rank, per_rank),
+                    full.targets.narrow(0, group.rank() * per_rank, per_rank)})
+        .backward();
+    opt->step();
+  }
+};
+
+void expect_same_parameters(torch::nn::Sequential& a, torch::nn::Sequential& b,
+                            const std::string& what) {
+  const auto x = a->named_parameters();
+  const auto y = b->named_parameters();
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (!torch::equal(x[i].value(), y[i].value()))
+      throw std::runtime_error(
+          what + ": parameter '" + x[i].key() + "' differs by " +
+          std::to_string((x[i].value() - y[i].value()).abs().max().item<double>()));
+}
+
+/// The refusal every rank must report for a checkpoint that rank 0 spoiled with `spoil`.
+void expect_refused(const mpp::ProcessGroup& group, const std::filesystem::path& dir,
+                    const std::function<void()>& spoil, const std::string& part) {
+  group.barrier();
+  if (group.rank() == 0) spoil();
+  group.barrier();
+  ShardedRun run(group, 300);
+  try {
+    mpp::checkpoint::load_sharded_optimizer(dir, *run.model, *run.opt);
+  } catch (const mpp::checkpoint::CheckpointError& e) {
+    if (std::string(e.what()).find(part) == std::string::npos)
+      throw std::runtime_error(std::string("refused, but the message does not say '") + part +
+                               "': " + e.what());
+    std::printf("rank %d refused: %s\n", group.rank(), e.what());
+    return;
+  }
+  throw std::runtime_error("a spoiled checkpoint was accepted (" + part + ")");
+}
+
+// Two steps, save, one more step: the parameters to reach. A fresh run (other initial weights)
+// loads the checkpoint and takes the same third step: it must reach them bit for bit, which
+// needs the parameters of every shard and each shard's AdamW moments and step count back.
+MPP_TEST_WORKER("zero_checkpoint") {
+  namespace fs = std::filesystem;
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group();
+  auto group = world.new_group<mpp::Shm>();
+  const fs::path dir = fs::path(argv[argc - 1]) / "zero";
+  ShardedRun first(group, 100);
+  first.step(group, 0);
+  first.step(group, 1);
+  mpp::checkpoint::save_sharded_optimizer(dir, *first.model, *first.opt,
+                                          {{"progress", mpp::checkpoint::to_json({2, 0, 2})}});
+  auto saved = mpp::models::make_full_mlp(small_config(100));
+  {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < saved->parameters().size(); ++i)
+      saved->parameters()[i].copy_(first.model->parameters()[i]);
+  }
+  first.step(group, 2);
+
+  ShardedRun resumed(group, 200);
+  const auto manifest = mpp::checkpoint::load_sharded_optimizer(dir, *resumed.model, *resumed.opt);
+  if (manifest.at("progress").at("step") != 2) throw std::runtime_error("progress not returned");
+  expect_same_parameters(resumed.model, saved, "after loading");
+  const auto replicas = mpp::compare_replicas(*resumed.model, group);
+  if (!replicas)
+    throw std::runtime_error("replicas differ after loading: " + replicas.first_difference);
+  resumed.step(group, 2);
+  expect_same_parameters(resumed.model, first.model, "one step after loading");
+
+  // Refused on every rank, with the reason, and nothing hangs.
+  expect_refused(
+      group, dir,
+      [&] {
+        std::ifstream in(dir / "manifest.json");
+        auto m = nlohmann::json::parse(in);
+        in.close();
+        m["sharded_optimizer"]["ranks"] = 2 * group.size();
+        std::ofstream(dir / "manifest.json") << m.dump();
+      },
+      "it was written by " + std::to_string(2 * group.size()) + " ranks");
+  expect_refused(
+      group, dir, [&] { fs::resize_file(dir / "shard_1.pt", 100); }, "shard_1.pt has 100 bytes");
+  std::printf("rank %d: resumed from the sharded checkpoint bit for bit\n", group.rank());
+  return 0;
+}
+
 TEST_CASE(
     "DDP + ShardedOptimizer<Adam> on 2 and 4 ranks equals single-process Adam, replicas "
     "bit-identical, state only for the rank's shard") {
@@ -191,4 +303,25 @@ TEST_CASE("ShardedOptimizer refuses a group of another backend and different mod
     CHECK(out.find("structure: mpp: ShardedOptimizer needs the same model on every rank") !=
           std::string::npos);
   }
+}
+
+TEST_CASE(
+    "ShardedOptimizer<AdamW> checkpoint: every rank saves its shard, a fresh run resumes bit for "
+    "bit, a spoiled checkpoint is refused on every rank") {
+  namespace fs = std::filesystem;
+  const auto dir = fs::temp_directory_path() / ("mpp_zero_ckpt_" + std::to_string(::getpid()));
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    fs::remove_all(dir);
+    auto options = bounded(180);
+    options.args = {dir.string()};
+    auto world = mpp::test::run_world(ranks, "zero_checkpoint", options);
+    CHECK_MESSAGE(world.ok(), world.report());
+    for (int r = 0; r < ranks; ++r) {
+      CAPTURE(world.output(r));
+      CHECK(world.output(r).find("resumed from the sharded checkpoint bit for bit") !=
+            std::string::npos);
+    }
+  }
+  fs::remove_all(dir);
 }

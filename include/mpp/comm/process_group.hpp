@@ -727,11 +727,12 @@ class ProcessGroup {
       const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) const {
     check_tensor("all_gather_runs", flat);
     const auto& s = member();
-    if (flat.dim() != 1 || !flat.is_contiguous())
-      throw std::invalid_argument("mpp: all_gather_runs needs a flat contiguous tensor (got " +
-                                  std::to_string(flat.dim()) + " dimensions" +
-                                  (flat.is_contiguous() ? "" : ", not contiguous") +
-                                  "); pass tensor.view(-1)");
+    if (flat.dim() != 1 || !flat.is_contiguous() || flat.is_conj() || flat.is_neg())
+      throw std::invalid_argument(
+          "mpp: all_gather_runs needs a flat contiguous tensor (got " + std::to_string(flat.dim()) +
+          " dimensions" + (flat.is_contiguous() ? "" : ", not contiguous") +
+          (flat.is_conj() || flat.is_neg() ? ", a lazy conjugate or negative view" : "") +
+          "); pass tensor.view(-1), or resolve_conj() / resolve_neg() first");
     if (runs.size() != static_cast<std::size_t>(size()))
       throw std::invalid_argument("mpp: all_gather_runs needs one run per rank of the group (" +
                                   std::to_string(size()) + "), got " + std::to_string(runs.size()));

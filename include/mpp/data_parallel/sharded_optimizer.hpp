@@ -124,6 +124,12 @@ class ShardedOptimizer {
   /// every rank. Call it on every rank, after the gradients were averaged (by DDP or NaiveDP).
   void step() {
     if (inner_) inner_->step();
+    gather_parameters();
+  }
+
+  /// Hands every rank's shard to every other rank (the second half of step(); also what a
+  /// restored checkpoint needs, where each rank read its own shard only). A collective.
+  void gather_parameters() {
     at::NoGradGuard no_grad;
     if constexpr (Comm::semantics == CommSemantics::buffered) {
       std::vector<Request> pending;
