@@ -277,13 +277,12 @@ inline void set_cpu_rng_state(const torch::Tensor& state) {
   gen.set_state(state);
 }
 
-/// Checks that `file` matches `model` exactly (every parameter present with its shape and
-/// dtype, nothing extra, optimizer state complete or absent) and only then copies it into the
-/// model, the optimizer and (if present) the CPU generator. Throws CheckpointError otherwise.
-/// `current` names the tensors to fill (a stage's parameters under the whole model's names).
-inline void restore_training_state(const StateFile& file, const NamedTensors& current,
-                                   torch::optim::AdamW& optimizer, const std::string& origin,
-                                   const std::string& rng_key = "cpu") {
+/// Checks that `file` matches `current` exactly (every parameter present with its shape and
+/// dtype, nothing extra, optimizer state complete or absent, the generator state there if the
+/// file has one) without changing anything. Throws CheckpointError otherwise. `current` names
+/// the tensors to fill (a stage's parameters under the whole model's names).
+inline void check_training_state(const StateFile& file, const NamedTensors& current,
+                                 const std::string& origin, const std::string& rng_key = "cpu") {
   const std::string refuse = "mpp: refusing checkpoint " + origin + ": ";
   const std::string fix =
       "; it was written for a different model -- use the config it was "
@@ -335,8 +334,17 @@ inline void restore_training_state(const StateFile& file, const NamedTensors& cu
                             "\" (written by another number of ranks?); resume with the number of "
                             "ranks the checkpoint was written with");
   }
+}
 
-  // Everything checked: now apply.
+/// Checks `file` against `current` (check_training_state) and only then copies it into the
+/// tensors, the optimizer and (if present) the CPU generator. Throws CheckpointError otherwise.
+inline void restore_training_state(const StateFile& file, const NamedTensors& current,
+                                   torch::optim::AdamW& optimizer, const std::string& origin,
+                                   const std::string& rng_key = "cpu") {
+  check_training_state(file, current, origin, rng_key);
+  const auto& saved = file.groups.at("model");
+  const auto& saved_opt = file.groups.at("optimizer");
+  auto rng = file.groups.find("rng");
   {
     torch::NoGradGuard no_grad;
     for (const auto& [name, tensor] : current) tensor.copy_(saved.at(name));

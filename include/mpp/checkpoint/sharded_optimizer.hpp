@@ -9,11 +9,12 @@
 //   ...
 //   mpp::checkpoint::load_sharded_optimizer(dir, *model, opt);  // same ranks, same model
 //
-// Loading is a collective: each rank checks the manifest against its own plan, restores its own
-// shard, and then every rank receives every other shard (ShardedOptimizer::gather_parameters), so
-// the replicas hold the saved parameters bit for bit. If any rank refuses the checkpoint (corrupt
-// file, other model, other number of ranks), every rank throws, before anything is restored.
-// Resharding (loading on another number of ranks) is not supported: the message says so.
+// Loading is a collective: each rank checks the manifest against its own plan and its own shard
+// against the model, restores its shard once every rank has accepted, and then every rank receives
+// every other shard (ShardedOptimizer::gather_parameters), so the replicas hold the saved
+// parameters bit for bit. If any rank refuses the checkpoint (corrupt file, other model, other
+// number of ranks), every rank throws, before anything is restored. Resharding (loading on another
+// number of ranks) is not supported: the message says so.
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
 
@@ -78,14 +79,10 @@ void save_sharded_optimizer(const std::filesystem::path& dir, const torch::nn::M
   meta["sharded_optimizer"] = detail::sharding_json(model, opt);
   const auto tensors = detail::shard_tensors(model, opt);
   const std::string name = detail::shard_file(group.rank());
-  StateFile file;
-  if (auto* inner = opt.local_optimizer()) {
-    file = training_state_file(tensors, *inner, {}, name);
-  } else {  // this rank owns no parameter
-    torch::optim::AdamW none(std::vector<torch::Tensor>{});
-    file = training_state_file(tensors, none, {}, name);
-  }
-  write_sharded_checkpoint(dir, group, file, meta);
+  torch::optim::AdamW none(std::vector<torch::Tensor>{});  // for a rank that owns nothing
+  auto* inner = opt.local_optimizer();
+  write_sharded_checkpoint(dir, group,
+                           training_state_file(tensors, inner ? *inner : none, {}, name), meta);
 }
 
 /// Restores what save_sharded_optimizer wrote into `model` and `opt` (the same module and a
@@ -129,15 +126,8 @@ nlohmann::json load_sharded_optimizer(const std::filesystem::path& dir, torch::n
     auto file = loaded.files.find(mine);
     if (file == loaded.files.end())
       throw CheckpointError(refuse + mine + " is not listed in its manifest");
-    // Checked on copies (restore_training_state checks everything before it writes), so that
-    // nothing is restored anywhere unless every rank accepts its shard.
-    NamedTensors copies;
-    for (const auto& [name, tensor] : detail::shard_tensors(model, opt))
-      copies[name] = tensor.detach().clone();
-    const at::Tensor generator = cpu_rng_state();
-    torch::optim::AdamW probe(std::vector<torch::Tensor>{});
-    restore_training_state(file->second, copies, probe, dir.string());
-    set_cpu_rng_state(generator);
+    // Only checked here: nothing is restored anywhere unless every rank accepts its shard.
+    check_training_state(file->second, detail::shard_tensors(model, opt), dir.string());
     shard = &file->second;
   } catch (const std::exception& e) {
     failure = e.what();
@@ -149,12 +139,10 @@ nlohmann::json load_sharded_optimizer(const std::filesystem::path& dir, torch::n
   if (first.item<std::int64_t>() < group.size())
     throw CheckpointError(refuse + "rank " + std::to_string(first.item<std::int64_t>()) +
                           " refused it (its log says why); no rank restored anything");
-  if (auto* inner = opt.local_optimizer()) {
-    restore_training_state(*shard, detail::shard_tensors(model, opt), *inner, dir.string());
-  } else {
-    torch::optim::AdamW none(std::vector<torch::Tensor>{});
-    restore_training_state(*shard, detail::shard_tensors(model, opt), none, dir.string());
-  }
+  torch::optim::AdamW none(std::vector<torch::Tensor>{});  // for a rank that owns nothing
+  auto* inner = opt.local_optimizer();
+  restore_training_state(*shard, detail::shard_tensors(model, opt), inner ? *inner : none,
+                         dir.string());
   opt.gather_parameters();
   auto buffers = ::mpp::detail::named_buffers(model);
   if (!buffers.empty()) broadcast_tensors(buffers, group);  // rank 0 restored them

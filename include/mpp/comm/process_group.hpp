@@ -727,39 +727,13 @@ class ProcessGroup {
       const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) const {
     check_tensor("all_gather_runs", flat);
     const auto& s = member();
-    if (flat.dim() != 1 || !flat.is_contiguous() || flat.is_conj() || flat.is_neg())
-      throw std::invalid_argument(
-          "mpp: all_gather_runs needs a flat contiguous tensor (got " + std::to_string(flat.dim()) +
-          " dimensions" + (flat.is_contiguous() ? "" : ", not contiguous") +
-          (flat.is_conj() || flat.is_neg() ? ", a lazy conjugate or negative view" : "") +
-          "); pass tensor.view(-1), or resolve_conj() / resolve_neg() first");
-    if (runs.size() != static_cast<std::size_t>(size()))
-      throw std::invalid_argument("mpp: all_gather_runs needs one run per rank of the group (" +
-                                  std::to_string(size()) + "), got " + std::to_string(runs.size()));
-    std::vector<std::pair<std::int64_t, std::int64_t>> sorted(runs.begin(), runs.end());
-    std::sort(sorted.begin(), sorted.end());
-    std::int64_t covered = 0;
-    for (const auto& [offset, numel] : sorted) {
-      if (numel < 0 || offset != covered)
-        throw std::invalid_argument("mpp: all_gather_runs: the runs must tile the tensor of " +
-                                    std::to_string(flat.numel()) +
-                                    " elements without gaps or overlaps; element " +
-                                    std::to_string(covered) + " is " +
-                                    (offset > covered ? "owned by no rank" : "owned twice") +
-                                    " (runs are {offset, numel} per rank)");
-      covered += numel;
-    }
-    if (covered != flat.numel())
-      throw std::invalid_argument("mpp: all_gather_runs: the runs cover " +
-                                  std::to_string(covered) + " of the tensor's " +
-                                  std::to_string(flat.numel()) + " elements");
     if (auto* shm = dynamic_cast<ShmProcessGroup*>(s.pg.get())) {
       auto info = op_info("all_gather_runs", -1, -1, flat, true);
-      std::vector<detail::shm::Run> owned;
-      for (const auto& [offset, numel] : runs) owned.push_back({offset, numel});
-      return Request(call(info, [&] { return shm->all_gather_runs(flat, std::move(owned)); }),
-                     std::move(info), flat);
+      // Checks its arguments (std::invalid_argument) and queues the work; nothing else can fail.
+      auto work = shm->all_gather_runs(flat, runs);
+      return Request(std::move(work), std::move(info), flat);
     }
+    detail::check_owned_runs(flat, runs, size());
     const auto [mine, count] = runs[static_cast<std::size_t>(rank())];
     {
       at::NoGradGuard no_grad;

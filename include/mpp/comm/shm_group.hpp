@@ -64,6 +64,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -205,14 +206,8 @@ inline std::string tag_text(const ChunkTag& t) {
   return head + " " + op_text(static_cast<RedOp>(t.reduce));
 }
 
-/// One element range [offset, offset + numel) of a flat tensor.
-struct Run {
-  std::int64_t offset = 0;
-  std::int64_t numel = 0;
-};
-
 /// A hash of the runs, compared across ranks (FNV-1a).
-inline std::uint64_t runs_hash(const std::vector<Run>& runs) {
+inline std::uint64_t runs_hash(const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) {
   std::uint64_t h = 1469598103934665603ULL;
   auto mix = [&](std::int64_t v) {
     for (int i = 0; i < 8; ++i) {
@@ -220,9 +215,9 @@ inline std::uint64_t runs_hash(const std::vector<Run>& runs) {
       h *= 1099511628211ULL;
     }
   };
-  for (const auto& r : runs) {
-    mix(r.offset);
-    mix(r.numel);
+  for (const auto& [offset, numel] : runs) {
+    mix(offset);
+    mix(numel);
   }
   return h;
 }
@@ -567,6 +562,46 @@ struct Progress {
 
 }  // namespace detail::shm
 
+namespace detail {
+
+/// What all_gather_runs needs, on every backend: a flat contiguous tensor and one run
+/// {offset, numel} per rank, the runs tiling the tensor. Throws std::invalid_argument naming
+/// the first thing wrong.
+inline void check_owned_runs(const at::Tensor& flat,
+                             const std::vector<std::pair<std::int64_t, std::int64_t>>& runs,
+                             int ranks) {
+  if (!flat.defined() || flat.layout() != at::kStrided || flat.dim() != 1 ||
+      !flat.is_contiguous() || flat.is_conj() || flat.is_neg())
+    throw std::invalid_argument(
+        "mpp: all_gather_runs needs a flat contiguous tensor (got " +
+        (flat.defined()
+             ? std::to_string(flat.dim()) + " dimensions" +
+                   (flat.is_contiguous() ? "" : ", not contiguous") +
+                   (flat.is_conj() || flat.is_neg() ? ", a lazy conjugate or negative view" : "")
+             : std::string("an undefined tensor")) +
+        "); pass tensor.view(-1), or resolve_conj() / resolve_neg() first");
+  if (runs.size() != static_cast<std::size_t>(ranks))
+    throw std::invalid_argument("mpp: all_gather_runs needs one run per rank of the group (" +
+                                std::to_string(ranks) + "), got " + std::to_string(runs.size()));
+  auto sorted = runs;
+  std::sort(sorted.begin(), sorted.end());
+  std::int64_t covered = 0;
+  for (const auto& [offset, numel] : sorted) {
+    if (numel < 0 || offset != covered)
+      throw std::invalid_argument(
+          "mpp: all_gather_runs: the runs must tile the tensor of " + std::to_string(flat.numel()) +
+          " elements without gaps or overlaps; element " + std::to_string(covered) + " is " +
+          (offset > covered ? "owned by no rank" : "owned twice") +
+          " (runs are {offset, numel} per rank)");
+    covered += numel;
+  }
+  if (covered != flat.numel())
+    throw std::invalid_argument("mpp: all_gather_runs: the runs cover " + std::to_string(covered) +
+                                " of the tensor's " + std::to_string(flat.numel()) + " elements");
+}
+
+}  // namespace detail
+
 /// The Work of a Shm all-reduce or all-gather (or of a barrier queued behind them): completed by
 /// the group's worker thread. Its wait() names what the worker waits for when the caller's deadline
 /// passes.
@@ -606,7 +641,7 @@ class ShmWork : public c10d::Work {
   at::Tensor target_;  // the caller's tensor when data_ is a staging copy
   detail::shm::RedOp op_ = detail::shm::RedOp::SUM;
   detail::shm::Kind kind_ = detail::shm::Kind::all_reduce;
-  std::vector<detail::shm::Run> runs_;  // all-gather: the run of every rank
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs_;  // all-gather: every rank's run
 };
 
 /// A c10d process group for ranks of one host: all-reduce of CPU float32/float64/bfloat16 with
@@ -710,35 +745,17 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   }
 
   /// Every rank owns one run of `flat`, `runs[r]` = {offset, numel} for rank r (the same list on
-  /// every rank; runs may be empty and must not overlap); when the work completes, every rank's
-  /// `flat` holds every owner's run, bit for bit. In place, through the segment: the owner copies
-  /// its run in, the others copy it out. Elements outside every run are left as they are. Any
-  /// dtype (bytes are copied); `flat` must be a contiguous CPU tensor.
-  c10::intrusive_ptr<c10d::Work> all_gather_runs(const at::Tensor& flat,
-                                                 std::vector<detail::shm::Run> runs) {
-    if (!flat.defined() || !flat.device().is_cpu() || flat.layout() != at::kStrided ||
-        !flat.is_contiguous())
+  /// every rank, the runs tiling `flat`; a run may be empty); when the work completes, every
+  /// rank's `flat` holds every owner's run, bit for bit. In place, through the segment: the owner
+  /// copies its run in, the others copy it out. Any dtype (bytes are copied). Bad arguments throw
+  /// std::invalid_argument (detail::check_owned_runs) before anything is queued.
+  c10::intrusive_ptr<c10d::Work> all_gather_runs(
+      const at::Tensor& flat, std::vector<std::pair<std::int64_t, std::int64_t>> runs) {
+    detail::check_owned_runs(flat, runs, size_);
+    if (!flat.device().is_cpu())
       throw std::invalid_argument(
-          "mpp: all_gather over shared memory needs a contiguous CPU tensor");
-    if (runs.size() != static_cast<std::size_t>(size_))
-      throw std::invalid_argument("mpp: all_gather over shared memory needs one run per rank (" +
-                                  std::to_string(size_) + "), got " + std::to_string(runs.size()));
-    std::vector<detail::shm::Run> sorted;
-    for (const auto& r : runs) {
-      if (r.offset < 0 || r.numel < 0 || r.offset + r.numel > flat.numel())
-        throw std::invalid_argument("mpp: all_gather over shared memory: the run [" +
-                                    std::to_string(r.offset) + ", " +
-                                    std::to_string(r.offset + r.numel) + ") lies outside the " +
-                                    std::to_string(flat.numel()) + " elements of the tensor");
-      if (r.numel > 0) sorted.push_back(r);
-    }
-    std::sort(sorted.begin(), sorted.end(),
-              [](const auto& a, const auto& b) { return a.offset < b.offset; });
-    for (std::size_t i = 1; i < sorted.size(); ++i)
-      if (sorted[i - 1].offset + sorted[i - 1].numel > sorted[i].offset)
-        throw std::invalid_argument(
-            "mpp: all_gather over shared memory: two ranks own overlapping runs (at element " +
-            std::to_string(sorted[i].offset) + ")");
+          "mpp: all_gather_runs over shared memory needs a CPU tensor (got " + flat.device().str() +
+          ")");
     auto work =
         c10::make_intrusive<ShmWork>(rank_, c10d::OpType::ALLGATHER, ++submitted_, progress_);
     work->kind_ = detail::shm::Kind::all_gather;
@@ -1068,10 +1085,10 @@ class ShmProcessGroup : public c10d::ProcessGroup {
                                     detail::shm::runs_hash(work.runs_)};
     // The part of rank q's run inside chunk c, as [begin, end) elements of the tensor.
     auto part = [&](int q, std::size_t c) {
-      const auto& run = work.runs_[static_cast<std::size_t>(q)];
+      const auto [offset, count] = work.runs_[static_cast<std::size_t>(q)];
       const std::int64_t lo = static_cast<std::int64_t>(c) * per_chunk;
       const std::int64_t hi = std::min(lo + per_chunk, numel);
-      return std::pair{std::max(lo, run.offset), std::min(hi, run.offset + run.numel)};
+      return std::pair{std::max(lo, offset), std::min(hi, offset + count)};
     };
     exchange(
         work, tag,
