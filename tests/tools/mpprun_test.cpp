@@ -36,12 +36,16 @@ int nap(std::chrono::seconds total) {
 /// Runs mpprun with `args` (a single process, through the same launcher) and returns its result.
 mpp::launch::LaunchResult run_mpprun(
     std::vector<std::string> args,
-    std::function<void(int, mpp::launch::Stream, std::string_view)> on_line = {}) {
+    std::function<void(int, mpp::launch::Stream, std::string_view)> on_line = {},
+    mpp::launch::EnvList env = {}) {
   mpp::launch::LaunchOptions options;
+  options.env = std::move(env);  // mpprun's own environment, which its ranks inherit
   options.command = {MPP_MPPRUN_PATH};
   options.command.insert(options.command.end(), args.begin(), args.end());
   options.single_thread_defaults = false;  // mpprun itself must set them for its ranks
-  options.unset_env = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+  options.allocator_defaults = false;
+  options.unset_env = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_",
+                       "MALLOC_MMAP_THRESHOLD_"};
   options.timeout = 60s;
   options.on_line = std::move(on_line);
   return mpp::launch::launch(options);
@@ -103,7 +107,8 @@ MPP_TEST_WORKER("mpprun_exit3") {
 MPP_TEST_WORKER("mpprun_env") {
   for (const char* name :
        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-        "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+        "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+        "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"}) {
     const char* value = std::getenv(name);
     std::printf("%s=%s\n", name, value ? value : "<unset>");
   }
@@ -166,7 +171,9 @@ TEST_SUITE("mpprun") {
             "LOCAL_RANK=" + std::to_string(local), std::string("LOCAL_WORLD_SIZE=2"),
             std::string("GROUP_RANK=1"), std::string("NODE_RANK=1"),
             std::string("MASTER_ADDR=127.0.0.1"), std::string("MASTER_PORT=29631"),
-            std::string("OMP_NUM_THREADS=1"), std::string("OPENBLAS_NUM_THREADS=1")})
+            std::string("OMP_NUM_THREADS=1"), std::string("OPENBLAS_NUM_THREADS=1"),
+            std::string("MALLOC_TRIM_THRESHOLD_=68719476736"),
+            std::string("MALLOC_MMAP_THRESHOLD_=33554432")})
         CHECK_MESSAGE(mpprun.output.find(prefix + line + "\n") != std::string::npos, line);
       CHECK(mpprun.error_output.find(prefix + "args: --mpp-worker=mpprun_env --flag x\n") !=
             std::string::npos);
@@ -176,6 +183,20 @@ TEST_SUITE("mpprun") {
       CHECK(read_file(dir / "stderr.log") == "args: --mpp-worker=mpprun_env --flag x\n");
     }
     std::filesystem::remove_all(logs);
+  }
+
+  TEST_CASE("a thread or allocator variable the caller set wins over mpprun's default") {
+    const auto result =
+        run_mpprun({"--nproc-per-node", "1", "--log-dir", "", mpp::test::self_executable(),
+                    "--mpp-worker=mpprun_env"},
+                   {}, {{"MALLOC_TRIM_THRESHOLD_", "131072"}, {"OMP_NUM_THREADS", "2"}});
+    const auto& mpprun = result.ranks.at(0);
+    INFO(mpprun.output);
+    REQUIRE(result.ok());
+    for (const char* line : {"OMP_NUM_THREADS=2", "OPENBLAS_NUM_THREADS=1",
+                             "MALLOC_TRIM_THRESHOLD_=131072", "MALLOC_MMAP_THRESHOLD_=33554432"})
+      CHECK_MESSAGE(mpprun.output.find(std::string("[rank0]: ") + line + "\n") != std::string::npos,
+                    line);
   }
 
   TEST_CASE("Ctrl-C (SIGINT to mpprun) stops every rank") {

@@ -170,6 +170,10 @@ json describe_machine() {
   const char* ob = std::getenv("OPENBLAS_NUM_THREADS");
   m["omp_num_threads"] = omp ? omp : "unset";
   m["openblas_num_threads"] = ob ? ob : "unset";
+  for (const char* name : {"MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"}) {
+    const char* value = std::getenv(name);
+    m[name] = value ? value : "unset";
+  }
   const auto torch_version =
       run("/usr/bin/python3 -c 'import torch; print(torch.__version__)'", 60);
   m["python_torch"] = torch_version.status == 0 ? trim(torch_version.output) : "not available";
@@ -741,6 +745,12 @@ void render(const fs::path& raw_dir, const fs::path& report, const fs::path& fig
   md << "| BLAS | " << md_escape(m.value("blas", "?")) << " |\n";
   md << "| threads | every binary and script runs with `OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1`; "
         "each rank is one process with one intra-op thread |\n";
+  if (m.contains("MALLOC_TRIM_THRESHOLD_"))  // recorded since mpprun sets them
+    md << "| allocator | every process runs with `MALLOC_TRIM_THRESHOLD_="
+       << m.value("MALLOC_TRIM_THRESHOLD_", "?")
+       << " MALLOC_MMAP_THRESHOLD_=" << m.value("MALLOC_MMAP_THRESHOLD_", "?")
+       << "` (mpprun's default for its ranks: glibc keeps freed memory instead of page-faulting "
+          "each step's temporaries in again) |\n";
   if (info.contains("load_before"))
     md << "| load average | " << number(info.value("load_before", 0.0)) << " when the run started, "
        << number(info.value("load_after", 0.0)) << " when it ended (on " << m.value("cores", 0)
@@ -996,6 +1006,9 @@ int main(int argc, char** argv) {
   // What every rank of every run gets, and what the BLAS line below reports.
   ::setenv("OMP_NUM_THREADS", "1", 1);
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  // The PyTorch references too, not only mpprun's ranks (unless the caller chose other values).
+  ::setenv("MALLOC_TRIM_THRESHOLD_", "68719476736", 0);
+  ::setenv("MALLOC_MMAP_THRESHOLD_", "33554432", 0);
   try {
     const fs::path source = fs::weakly_canonical(fs::absolute(source_dir));
     const fs::path out = source / report;

@@ -30,6 +30,11 @@ WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK and NODE_RANK, MASTER_ADDR,
 OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 unless already set. Options go before the program;
 everything from the program on is passed to it unchanged.
 
+Memory: unless already set, ranks also get MALLOC_TRIM_THRESHOLD_=68719476736 and
+MALLOC_MMAP_THRESHOLD_=33554432, so glibc keeps freed memory for the next step instead of handing
+it back to the kernel and page-faulting it in again (a training step's temporaries are the same
+every step). Set either variable to override it (MALLOC_TRIM_THRESHOLD_=131072 is glibc's default).
+
 Output: each rank's lines are echoed as "[rank<r>]: ..." (stdout to stdout, stderr to stderr) and
 written unprefixed to <log-dir>/rank_<r>/stdout.log and stderr.log.
 
