@@ -1,6 +1,7 @@
 // Data-parallel throughput: naive DP (per tensor, coalesced) and DDP (bucket caps 1-100 MiB,
 // async and blocking) on the course's model and on a compute-bound one, plus the single-process
-// baseline that "ideal = world size x single" refers to. Samples/s are global samples
+// baseline that "ideal = world size x single" refers to, and the bound of them all (NoComm: every
+// rank's own work with nothing exchanged). Samples/s are global samples
 // (items_per_second). DDP over Shm (all-reduce through shared memory) runs on a second group of
 // the same ranks; AllReduce<...>/64MiB compares the two backends on the compute-bound model's
 // gradient volume alone, with the CPU time the whole process spends per all-reduce.
@@ -134,6 +135,29 @@ void ddp(benchmark::State& state, const Config& c) {
       1e3 * d->comm_wait_seconds() / static_cast<double>(state.iterations() + warmup_steps);
 }
 
+/// The ranks' own work with nothing exchanged, a bound for every scheme above on these ranks:
+/// all ranks at once run forward and backward on their share of the global batch and Adam on
+/// every parameter (as DDP does) or, with `Sharded`, on the share ShardedOptimizer would give
+/// them. What it reaches is what the ranks' compute and the machine's shared caches and memory
+/// allow; the gap to it is the cost of communicating.
+template <bool Sharded>
+void no_comm(benchmark::State& state, const Config& c) {
+  world->barrier();
+  Trainer t(c, c.global_batch / world->size());
+  if constexpr (Sharded) {
+    const auto params = t.model->parameters();
+    std::vector<std::int64_t> bytes;
+    for (const auto& p : params) bytes.push_back(p.numel() * p.element_size());
+    const auto plan = mpp::plan_shards(bytes, world->size());
+    std::vector<at::Tensor> mine;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (plan.owner[i] == world->rank()) mine.push_back(params[i]);
+    t.use_optimizer(std::make_shared<torch::optim::Adam>(mine, torch::optim::AdamOptions(1e-4)));
+    t.zero_grad = [m = t.model]() mutable { m->zero_grad(); };  // every gradient, as DDP's ranks do
+  }
+  run(state, t, c);
+}
+
 /// One all-reduce (sum) of `state.range(0)` MiB of float32, as DDP's buckets of the
 /// compute-bound model add up to (16 x 1024 x 1024 weights = 64 MiB).
 template <class Backend>
@@ -181,10 +205,12 @@ void register_all(const Config& c) {
   add("NaiveDP<Blocking<Gloo>,Coalesced>",
       naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>, c);
   add("DDP<Async<Gloo>>", ddp<mpp::Async<mpp::Gloo>>, c, {1, 5, 25, 100});
-  add("DDP<Async<Shm>>", ddp<mpp::Async<mpp::Shm>>, c, {5, 25, 100});
+  add("DDP<Async<Shm>>", ddp<mpp::Async<mpp::Shm>>, c, {1, 5, 25, 100});
   add("DDP<Async<Gloo>>+ShardedOptimizer<Adam>", ddp<mpp::Async<mpp::Gloo>, true>, c, {25, 100});
   add("DDP<Async<Shm>>+ShardedOptimizer<Adam>", ddp<mpp::Async<mpp::Shm>, true>, c, {25, 100});
   add("DDP<Blocking<Gloo>>", ddp<mpp::Blocking<mpp::Gloo>>, c, {25});
+  add("NoComm/local_batch,Adam", no_comm<false>, c);
+  add("NoComm/local_batch,Adam_on_shard", no_comm<true>, c);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 Runs benchmarks/data_parallel's dp_bench on 2 ranks through mpprun, then ddp_reference.py (PyTorch
 DDP, and one process without DDP) on the same two configurations, and prints samples/s and the
 ratios: mpp DDP / PyTorch DDP (target >= 1) and mpp DDP / (2 x single process) (target >= 0.8 on
-the compute-bound configuration).
+the compute-bound configuration), for mpp's DDP over Gloo (as PyTorch's) and over shared memory.
 
     /usr/bin/python3 benchmarks/reference/ddp_compare.py [--build build] [--bucket-mb 25]
 """
@@ -28,9 +28,10 @@ def run(cmd, env=None):
     return out.stdout
 
 
-def python_reference(hidden, batch, iters, world, bucket_mb):
+def python_reference(hidden, batch, iters, world, bucket_mb, env):
     out = run([sys.executable, os.path.join(HERE, "ddp_reference.py"), "--hidden", str(hidden), "--global-batch",
-               str(batch), "--iterations", str(iters), "--world", str(world), "--bucket-mb", str(bucket_mb)])
+               str(batch), "--iterations", str(iters), "--world", str(world), "--bucket-mb", str(bucket_mb)],
+              env=env)
     for line in out.splitlines():
         if line.startswith("RESULT "):
             return float(line.split()[2])
@@ -44,12 +45,16 @@ def main():
     args = p.parse_args()
     bench = os.path.join(args.build, "benchmarks", "data_parallel", "dp_bench")
     mpprun = os.path.join(args.build, "tools", "mpprun", "mpprun")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    # Both sides run with one thread per process and, unless the caller set it otherwise, glibc
+    # keeping freed memory as mpprun's ranks do by default.
+    env = dict(MALLOC_TRIM_THRESHOLD_="68719476736", MALLOC_MMAP_THRESHOLD_="33554432")
+    env.update(os.environ)
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
     with tempfile.TemporaryDirectory() as tmp:
         out_json = os.path.join(tmp, "dp.json")
         text = run([mpprun, "--nproc-per-node", "2", "--log-dir", os.path.join(tmp, "logs"), bench,
-                    f"--benchmark_filter=Single|DDP<Async<Gloo>>/.*bucket_mb:{args.bucket_mb}/",
+                    f"--benchmark_filter=Single|DDP<Async<(Gloo|Shm)>>/.*bucket_mb:{args.bucket_mb}/",
                     "--benchmark_out=" + out_json, "--benchmark_out_format=json"], env=env)
         blas = [l for l in text.splitlines() if "BLAS" in l]
         with open(out_json) as f:
@@ -65,19 +70,21 @@ def main():
     for name, hidden, batch, iters in CONFIGS:
         single = mpp_rate("Single", name)
         ours = mpp_rate("DDP<Async<Gloo>>", name)
-        torch_ddp = python_reference(hidden, batch, iters, 2, args.bucket_mb)
-        torch_single = python_reference(hidden, batch, iters, 1, args.bucket_mb)
-        rows.append((name, single, ours, torch_single, torch_ddp))
+        ours_shm = mpp_rate("DDP<Async<Shm>>", name)
+        torch_ddp = python_reference(hidden, batch, iters, 2, args.bucket_mb, env)
+        torch_single = python_reference(hidden, batch, iters, 1, args.bucket_mb, env)
+        rows.append((name, single, ours, ours_shm, torch_single, torch_ddp))
 
     print()
     for line in blas:
         print(line)
     print(f"2 ranks, one thread each, bucket cap {args.bucket_mb} MiB, samples/s (global)")
-    print(f"{'configuration':<22}{'mpp single':>12}{'mpp DDP':>10}{'torch single':>14}{'torch DDP':>11}"
-          f"{'mpp/torch DDP':>15}{'mpp DDP/(2x single)':>21}")
-    for name, single, ours, torch_single, torch_ddp in rows:
-        print(f"{name:<22}{single:>12.0f}{ours:>10.0f}{torch_single:>14.0f}{torch_ddp:>11.0f}"
-              f"{ours / torch_ddp:>15.2f}{ours / (2 * single):>21.2f}")
+    print(f"{'configuration':<20}{'mpp single':>11}{'torch single':>13}{'torch DDP':>10}{'mpp DDP':>14}"
+          f"{'/torch DDP':>11}{'/(2x single)':>13}")
+    for name, single, ours, ours_shm, torch_single, torch_ddp in rows:
+        for backend, rate in (("Gloo", ours), ("Shm", ours_shm)):
+            print(f"{name:<20}{single:>11.0f}{torch_single:>13.0f}{torch_ddp:>10.0f}{rate:>9.0f} {backend:<4}"
+                  f"{rate / torch_ddp:>11.2f}{rate / (2 * single):>13.2f}")
 
 
 if __name__ == "__main__":
