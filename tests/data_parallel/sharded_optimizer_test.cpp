@@ -277,8 +277,76 @@ MPP_TEST_WORKER("zero_checkpoint") {
       },
       "it was written by " + std::to_string(2 * group.size()) + " ranks");
   expect_refused(
+      group, dir,
+      [&] {
+        std::ifstream in(dir / "manifest.json");
+        auto m = nlohmann::json::parse(in);
+        in.close();
+        m["sharded_optimizer"]["ranks"] = group.size();
+        m["sharded_optimizer"]["owners"][0] = group.size();
+        std::ofstream(dir / "manifest.json") << m.dump();
+      },
+      "its plan names owner " + std::to_string(group.size()) + " of " +
+          std::to_string(group.size()) + " ranks");
+  expect_refused(
       group, dir, [&] { fs::resize_file(dir / "shard_1.pt", 100); }, "shard_1.pt has 100 bytes");
   std::printf("rank %d: resumed from the sharded checkpoint bit for bit\n", group.rank());
+  return 0;
+}
+
+/// The model's parameters as one file (rank 0 writes, every rank reads).
+void write_parameters(torch::nn::Sequential& model, const std::filesystem::path& path) {
+  c10::List<torch::Tensor> list;
+  for (const auto& p : model->parameters()) list.push_back(p.detach().clone());
+  mpp::checkpoint::detail::write_bytes(path, torch::pickle_save(list));
+}
+
+void expect_parameters_in(torch::nn::Sequential& model, const std::filesystem::path& path,
+                          double tolerance, const std::string& what) {
+  const auto list = torch::pickle_load(mpp::checkpoint::detail::read_bytes(path)).toTensorList();
+  const auto params = model->parameters();
+  if (list.size() != params.size()) throw std::runtime_error(what + ": parameter count differs");
+  double worst = 0;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    worst = std::max(worst, (params[i] - list.get(i)).abs().max().item<double>());
+  if (worst > tolerance)
+    throw std::runtime_error(what + ": parameters differ by " + std::to_string(worst) +
+                             " (tolerance " + std::to_string(tolerance) + ")");
+  std::printf("%s (largest difference %g)\n", what.c_str(), worst);
+}
+
+// Resharding. "save": two steps, a checkpoint, then the parameters at it and after a third
+// step on the same global batch. "load" (on another number of ranks): a fresh run with other
+// weights loads the checkpoint, holds its parameters bit for bit, and its third step reaches the
+// writer's third step up to the order of the gradient sums (which needs every parameter's AdamW
+// moments and step count, now owned by other ranks than those that saved them).
+MPP_TEST_WORKER("zero_reshard") {
+  namespace fs = std::filesystem;
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group();
+  auto group = world.new_group<mpp::Shm>();
+  const std::string mode = argv[argc - 2];
+  const fs::path dir = argv[argc - 1];
+  if (mode == "save") {
+    ShardedRun run(group, 100);
+    run.step(group, 0);
+    run.step(group, 1);
+    mpp::checkpoint::save_sharded_optimizer(dir / "ckpt", *run.model, *run.opt);
+    if (group.rank() == 0) write_parameters(run.model, dir / "at_save.pt");
+    run.step(group, 2);
+    if (group.rank() == 0) write_parameters(run.model, dir / "after_step.pt");
+    return 0;
+  }
+  ShardedRun resumed(group, 200);
+  mpp::checkpoint::load_sharded_optimizer(dir / "ckpt", *resumed.model, *resumed.opt);
+  expect_parameters_in(resumed.model, dir / "at_save.pt", 0.0, "after loading, bit for bit");
+  const auto replicas = mpp::compare_replicas(*resumed.model, group);
+  if (!replicas)
+    throw std::runtime_error("replicas differ after loading: " + replicas.first_difference);
+  resumed.step(group, 2);
+  expect_parameters_in(resumed.model, dir / "after_step.pt", 1e-6,
+                       "one step after loading equals the writer's");
+  std::printf("rank %d: resharded %s\n", group.rank(), dir.filename().c_str());
   return 0;
 }
 
@@ -324,4 +392,30 @@ TEST_CASE(
     }
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE(
+    "ShardedOptimizer<AdamW> checkpoint written by 4 ranks resumes on 2, and by 2 on 4 (each rank "
+    "assembles its new shard from the files that hold it)") {
+  namespace fs = std::filesystem;
+  const auto root = fs::temp_directory_path() / ("mpp_zero_reshard_" + std::to_string(::getpid()));
+  for (auto [from, to] : {std::pair{4, 2}, std::pair{2, 4}}) {
+    CAPTURE(from);
+    CAPTURE(to);
+    const auto dir = root / (std::to_string(from) + "_to_" + std::to_string(to));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto options = bounded(120);
+    options.args = {"save", dir.string()};
+    auto writer = mpp::test::run_world(from, "zero_reshard", options);
+    REQUIRE_MESSAGE(writer.ok(), writer.report());
+    options.args = {"load", dir.string()};
+    auto reader = mpp::test::run_world(to, "zero_reshard", options);
+    CHECK_MESSAGE(reader.ok(), reader.report());
+    for (int r = 0; r < to; ++r) {
+      CAPTURE(reader.output(r));
+      CHECK(reader.output(r).find("resharded " + dir.filename().string()) != std::string::npos);
+    }
+  }
+  fs::remove_all(root);
 }
