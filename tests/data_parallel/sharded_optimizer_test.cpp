@@ -266,28 +266,24 @@ MPP_TEST_WORKER("zero_checkpoint") {
   expect_same_parameters(resumed.model, first.model, "one step after loading");
 
   // Refused on every rank, with the reason, and nothing hangs.
+  const auto edit_plan = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return [&dir, edit] {
+      std::ifstream in(dir / "manifest.json");
+      auto m = nlohmann::json::parse(in);
+      in.close();
+      edit(m["sharded_optimizer"]);
+      std::ofstream(dir / "manifest.json") << m.dump();
+    };
+  };
+  const int n = group.size();
+  expect_refused(group, dir, edit_plan([n](nlohmann::json& plan) { plan["ranks"] = 2 * n; }),
+                 "it was written by " + std::to_string(2 * n) + " ranks");
   expect_refused(
-      group, dir,
-      [&] {
-        std::ifstream in(dir / "manifest.json");
-        auto m = nlohmann::json::parse(in);
-        in.close();
-        m["sharded_optimizer"]["ranks"] = 2 * group.size();
-        std::ofstream(dir / "manifest.json") << m.dump();
-      },
-      "it was written by " + std::to_string(2 * group.size()) + " ranks");
-  expect_refused(
-      group, dir,
-      [&] {
-        std::ifstream in(dir / "manifest.json");
-        auto m = nlohmann::json::parse(in);
-        in.close();
-        m["sharded_optimizer"]["ranks"] = group.size();
-        m["sharded_optimizer"]["owners"][0] = group.size();
-        std::ofstream(dir / "manifest.json") << m.dump();
-      },
-      "its plan names owner " + std::to_string(group.size()) + " of " +
-          std::to_string(group.size()) + " ranks");
+      group, dir, edit_plan([n](nlohmann::json& plan) {
+        plan["ranks"] = n;
+        plan["owners"][0] = n;
+      }),
+      "its plan names owner " + std::to_string(n) + " of " + std::to_string(n) + " ranks");
   expect_refused(
       group, dir, [&] { fs::resize_file(dir / "shard_1.pt", 100); }, "shard_1.pt has 100 bytes");
   std::printf("rank %d: resumed from the sharded checkpoint bit for bit\n", group.rank());
