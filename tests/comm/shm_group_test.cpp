@@ -404,6 +404,70 @@ MPP_TEST_WORKER("shm_all_gather") {
   return 1;
 }
 
+// reduce_scatter_runs: each rank's own run holds the bits an all-reduce gives (through shared
+// memory: the same fold in rank order; for a dtype Shm does not reduce, the fallback), the rest of
+// its tensor is left as it was; through Gloo it is an all-reduce. Bad runs refused; ranks passing
+// different runs fail naming both calls.
+MPP_TEST_WORKER("shm_reduce_scatter") {
+  at::set_num_threads(1);
+  auto world = mpp::init_process_group<mpp::Shm>();
+  auto gloo = world.new_group<mpp::Gloo>();
+  const int W = world.size(), me = world.rank();
+  int seed = 100;
+  for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kLong}) {
+    for (auto op : {mpp::ReduceOp::sum, mpp::ReduceOp::max}) {
+      for (std::int64_t n : {std::int64_t{W}, std::int64_t{1001}, 2 * chunk_floats + 1000}) {
+        ++seed;
+        const auto runs = uneven_runs(n, W);
+        const at::Tensor mine = values(n, me, seed, dtype);
+        at::Tensor reduced = mine.clone(), scattered = mine.clone();
+        at::Tensor gloo_reduced = mine.clone(), gloo_scattered = mine.clone();
+        world.all_reduce(reduced, op);
+        auto pending = world.ireduce_scatter_runs(scattered, runs, op);
+        pending.wait();
+        gloo.all_reduce(gloo_reduced, op);
+        gloo.reduce_scatter_runs(gloo_scattered, runs, op);
+        const auto [offset, count] = runs[static_cast<std::size_t>(me)];
+        const std::string what = std::string(c10::toString(dtype)) + "[" + std::to_string(n) +
+                                 "] " + std::string(mpp::reduce_op_name(op)) + " on rank " +
+                                 std::to_string(me);
+        expect(at::equal(scattered.narrow(0, offset, count), reduced.narrow(0, offset, count)),
+               what + ": Shm reduce-scatter differs from the all-reduce in the rank's run");
+        expect(at::equal(gloo_scattered.narrow(0, offset, count),
+                         gloo_reduced.narrow(0, offset, count)),
+               what + ": Gloo reduce-scatter differs from the all-reduce in the rank's run");
+        if (dtype != at::kLong) {  // through shared memory: the rest is untouched
+          expect(at::equal(scattered.narrow(0, 0, offset), mine.narrow(0, 0, offset)) &&
+                     at::equal(scattered.narrow(0, offset + count, n - offset - count),
+                               mine.narrow(0, offset + count, n - offset - count)),
+                 what + ": Shm reduce-scatter changed elements outside the rank's run");
+        }
+      }
+    }
+  }
+  auto t = at::zeros({10});
+  try {
+    world.reduce_scatter_runs(t, {{0, 10}});
+    throw std::runtime_error("reduce_scatter_runs accepted one run for " + std::to_string(W) +
+                             " ranks");
+  } catch (const std::invalid_argument& e) {
+    expect(contains(e.what(), "reduce_scatter_runs needs one run per rank of the group"), e.what());
+  }
+  auto x = at::ones({100});
+  auto runs = uneven_runs(100, W);
+  if (me == 0) std::swap(runs[0], runs[static_cast<std::size_t>(W - 1)]);
+  try {
+    world.reduce_scatter_runs(x, runs);
+  } catch (const mpp::CommError& e) {
+    expect(contains(e.what(), "called reduce_scatter #"), e.what());
+    expect(contains(e.what(), "owned runs"), e.what());
+    std::printf("rank %d: reduce_scatter_runs agrees with all_reduce; mismatch: %s\n", me,
+                e.what());
+    return 0;
+  }
+  return 1;
+}
+
 // The last rank leaves in the middle of an all-reduce of several chunks; the others must fail
 // well before their deadline, naming it.
 MPP_TEST_WORKER("shm_dead_peer") {
@@ -556,6 +620,16 @@ TEST_CASE(
   for (int ranks : {2, 4}) {
     CAPTURE(ranks);
     auto world = mpp::test::run_world(ranks, "shm_all_gather", bounded(180));
+    CHECK_MESSAGE(world.ok(), world.report());
+  }
+}
+
+TEST_CASE(
+    "Shm reduce_scatter_runs gives each rank the all-reduce's bits in its own run and leaves the "
+    "rest - as the Gloo fallback's all-reduce - bad runs refused, disagreeing ranks named") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    auto world = mpp::test::run_world(ranks, "shm_reduce_scatter", bounded(180));
     CHECK_MESSAGE(world.ok(), world.report());
   }
 }

@@ -469,6 +469,22 @@ class ProcessGroup {
                        const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) const {
     post_all_gather_runs(flat, runs).wait();
   }
+  /// Every rank owns one run of `flat`, as in all_gather_runs. When the request completes, each
+  /// rank's own run holds the reduction (`op`) of every rank's `flat` over that run, the bits an
+  /// all-reduce gives: what ZeRO needs of the gradients, each rank the sum of the shard it
+  /// steps. Outside its run a rank's `flat` is unspecified: over Shm it is left as it was (each
+  /// rank reads only its own run of the others' tensors, half an all-reduce's traffic on 2 ranks);
+  /// over other backends, and for dtypes Shm does not reduce, this is an all-reduce.
+  [[nodiscard]] Request ireduce_scatter_runs(
+      const at::Tensor& flat, const std::vector<std::pair<std::int64_t, std::int64_t>>& runs,
+      ReduceOp op = ReduceOp::sum) const {
+    return post_reduce_scatter_runs(flat, runs, op);
+  }
+  void reduce_scatter_runs(const at::Tensor& flat,
+                           const std::vector<std::pair<std::int64_t, std::int64_t>>& runs,
+                           ReduceOp op = ReduceOp::sum) const {
+    post_reduce_scatter_runs(flat, runs, op).wait();
+  }
   void barrier() const {
     auto& s = member();
     auto info = op_info("barrier", -1, -1, at::Tensor(), /*collective=*/true);
@@ -741,6 +757,24 @@ class ProcessGroup {
       flat.narrow(0, mine + count, flat.numel() - mine - count).zero_();
     }
     return post_all_reduce("all_gather_runs", flat, ReduceOp::sum, false);
+  }
+
+  Request post_reduce_scatter_runs(const at::Tensor& flat,
+                                   const std::vector<std::pair<std::int64_t, std::int64_t>>& runs,
+                                   ReduceOp op) const {
+    check_tensor("reduce_scatter_runs", flat);
+    detail::check_owned_runs(flat, runs, size(), "reduce_scatter_runs");
+    const auto& s = member();
+    if (auto* shm = dynamic_cast<ShmProcessGroup*>(s.pg.get())) {
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = detail::to_c10d(op);
+      if (shm->handles({flat}, opts)) {
+        auto info = op_info("reduce_scatter_runs", -1, -1, flat, true, reduce_op_name(op));
+        auto work = shm->reduce_scatter_runs(flat, runs, opts.reduceOp);
+        return Request(std::move(work), std::move(info), flat);
+      }
+    }
+    return post_all_reduce("reduce_scatter_runs", flat, op, false);
   }
 
   Request post_broadcast(const at::Tensor& tensor, int root) const {

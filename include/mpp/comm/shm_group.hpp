@@ -102,14 +102,22 @@ struct ChunkTag {
   std::int64_t numel;
   std::int32_t dtype;
   std::int32_t reduce;  // the reduce op; -1 for an all-gather
-  std::uint64_t runs;   // all-gather: a hash of who owns which run (0 for an all-reduce)
+  std::uint64_t runs;   // all-gather, reduce-scatter: a hash of who owns which run (else 0)
+  std::int32_t kind;    // Kind
 };
 
 /// What the worker runs.
-enum class Kind { all_reduce, all_gather };
+enum class Kind { all_reduce, all_gather, reduce_scatter };
 
 inline const char* kind_name(Kind kind) {
-  return kind == Kind::all_gather ? "all_gather" : "all_reduce";
+  switch (kind) {
+    case Kind::all_gather:
+      return "all_gather";
+    case Kind::reduce_scatter:
+      return "reduce_scatter";
+    default:
+      return "all_reduce";
+  }
 }
 
 struct alignas(64) RankBlock {
@@ -198,12 +206,13 @@ inline std::string op_text(RedOp op) {
 }
 
 inline std::string tag_text(const ChunkTag& t) {
-  const std::string head = std::string(t.reduce < 0 ? "all_gather" : "all_reduce") + " #" +
-                           std::to_string(t.op) + " of " +
-                           c10::toString(static_cast<at::ScalarType>(t.dtype)) + "[" +
-                           std::to_string(t.numel) + "]";
-  if (t.reduce < 0) return head + " (owned runs " + std::to_string(t.runs) + ")";
-  return head + " " + op_text(static_cast<RedOp>(t.reduce));
+  std::string text =
+      std::string(kind_name(static_cast<Kind>(t.kind))) + " #" + std::to_string(t.op) + " of " +
+      c10::toString(static_cast<at::ScalarType>(t.dtype)) + "[" + std::to_string(t.numel) + "]";
+  if (t.reduce >= 0) text += " " + op_text(static_cast<RedOp>(t.reduce));
+  if (static_cast<Kind>(t.kind) != Kind::all_reduce)
+    text += " (owned runs " + std::to_string(t.runs) + ")";
+  return text;
 }
 
 /// A hash of the runs, compared across ranks (FNV-1a).
@@ -465,6 +474,31 @@ inline void copy_to_slot(char* dst, const char* src, std::size_t n) {
 #endif
 }
 
+/// Copies elements [from, to) of `bytes` into `slot`, which holds the chunk starting at element
+/// `lo`; nothing when the range is empty.
+inline void copy_range_to_slot(char* slot, const char* bytes, std::int64_t lo, std::int64_t from,
+                               std::int64_t to, std::size_t element) {
+  if (from < to)
+    copy_to_slot(slot + static_cast<std::size_t>(from - lo) * element,
+                 bytes + static_cast<std::size_t>(from) * element,
+                 static_cast<std::size_t>(to - from) * element);
+}
+
+/// A flat tensor of `numel` elements seen chunk by chunk, with every rank's run ({offset, numel}
+/// per rank): what all_gather_runs and reduce_scatter_runs both work with.
+struct RunsByChunk {
+  const std::vector<std::pair<std::int64_t, std::int64_t>>& runs;
+  std::int64_t numel;
+  std::int64_t per_chunk;
+  std::int64_t lo(std::size_t c) const { return static_cast<std::int64_t>(c) * per_chunk; }
+  std::int64_t hi(std::size_t c) const { return std::min(lo(c) + per_chunk, numel); }
+  /// Rank q's run inside chunk c as [begin, end) elements of the tensor (empty: begin >= end).
+  std::pair<std::int64_t, std::int64_t> part(int q, std::size_t c) const {
+    const auto [offset, count] = runs[static_cast<std::size_t>(q)];
+    return {std::max(lo(c), offset), std::min(hi(c), offset + count)};
+  }
+};
+
 // ---- reductions -----------------------------------------------------------------------------
 
 template <class T, class F>
@@ -569,11 +603,11 @@ namespace detail {
 /// the first thing wrong.
 inline void check_owned_runs(const at::Tensor& flat,
                              const std::vector<std::pair<std::int64_t, std::int64_t>>& runs,
-                             int ranks) {
+                             int ranks, const std::string& call = "all_gather_runs") {
   if (!flat.defined() || flat.layout() != at::kStrided || flat.dim() != 1 ||
       !flat.is_contiguous() || flat.is_conj() || flat.is_neg())
     throw std::invalid_argument(
-        "mpp: all_gather_runs needs a flat contiguous tensor (got " +
+        "mpp: " + call + " needs a flat contiguous tensor (got " +
         (flat.defined()
              ? std::to_string(flat.dim()) + " dimensions" +
                    (flat.is_contiguous() ? "" : ", not contiguous") +
@@ -581,7 +615,7 @@ inline void check_owned_runs(const at::Tensor& flat,
              : std::string("an undefined tensor")) +
         "); pass tensor.view(-1), or resolve_conj() / resolve_neg() first");
   if (runs.size() != static_cast<std::size_t>(ranks))
-    throw std::invalid_argument("mpp: all_gather_runs needs one run per rank of the group (" +
+    throw std::invalid_argument("mpp: " + call + " needs one run per rank of the group (" +
                                 std::to_string(ranks) + "), got " + std::to_string(runs.size()));
   auto sorted = runs;
   std::sort(sorted.begin(), sorted.end());
@@ -589,14 +623,14 @@ inline void check_owned_runs(const at::Tensor& flat,
   for (const auto& [offset, numel] : sorted) {
     if (numel < 0 || offset != covered)
       throw std::invalid_argument(
-          "mpp: all_gather_runs: the runs must tile the tensor of " + std::to_string(flat.numel()) +
+          "mpp: " + call + ": the runs must tile the tensor of " + std::to_string(flat.numel()) +
           " elements without gaps or overlaps; element " + std::to_string(covered) + " is " +
           (offset > covered ? "owned by no rank" : "owned twice") +
           " (runs are {offset, numel} per rank)");
     covered += numel;
   }
   if (covered != flat.numel())
-    throw std::invalid_argument("mpp: all_gather_runs: the runs cover " + std::to_string(covered) +
+    throw std::invalid_argument("mpp: " + call + ": the runs cover " + std::to_string(covered) +
                                 " of the tensor's " + std::to_string(flat.numel()) + " elements");
 }
 
@@ -641,7 +675,8 @@ class ShmWork : public c10d::Work {
   at::Tensor target_;  // the caller's tensor when data_ is a staging copy
   detail::shm::RedOp op_ = detail::shm::RedOp::SUM;
   detail::shm::Kind kind_ = detail::shm::Kind::all_reduce;
-  std::vector<std::pair<std::int64_t, std::int64_t>> runs_;  // all-gather: every rank's run
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs_;  // every rank's run (all-gather,
+                                                             // reduce-scatter)
 };
 
 /// A c10d process group for ranks of one host: all-reduce of CPU float32/float64/bfloat16 with
@@ -766,6 +801,34 @@ class ShmProcessGroup : public c10d::ProcessGroup {
       work->complete(nullptr);
       return work;
     }
+    enqueue(work);
+    return work;
+  }
+
+  /// Every rank owns one run of `flat` as in all_gather_runs; when the work completes, each
+  /// rank's own run holds the reduction (`op`) of every rank's `flat` over that run, the same
+  /// bits an all-reduce gives; outside its run a rank's `flat` is left as it was. Each rank reads
+  /// only its own run of the others' tensors: half an all-reduce's memory traffic on 2 ranks.
+  /// float, double, bfloat16; sum, avg, product, min, max (handles(), as the all-reduce).
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_runs(
+      const at::Tensor& flat, std::vector<std::pair<std::int64_t, std::int64_t>> runs,
+      const c10d::ReduceOp& op) {
+    detail::check_owned_runs(flat, runs, size_, "reduce_scatter_runs");
+    std::vector<at::Tensor> one{flat};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = op;
+    if (!handles(one, opts))
+      throw std::invalid_argument(
+          "mpp: reduce_scatter_runs over shared memory takes a CPU float, double or bfloat16 "
+          "tensor on 2 or more ranks and sum, avg, product, min or max (got " +
+          std::string(c10::toString(flat.scalar_type())) + " on " + flat.device().str() +
+          "); use ProcessGroup::reduce_scatter_runs, which falls back to an all-reduce");
+    auto work =
+        c10::make_intrusive<ShmWork>(rank_, c10d::OpType::REDUCE_SCATTER, ++submitted_, progress_);
+    work->kind_ = detail::shm::Kind::reduce_scatter;
+    work->op_ = op.op_;
+    work->data_ = flat;
+    work->runs_ = std::move(runs);
     enqueue(work);
     return work;
   }
@@ -899,6 +962,8 @@ class ShmProcessGroup : public c10d::ProcessGroup {
                                      failure_ + ")");
           if (work->kind_ == detail::shm::Kind::all_gather)
             all_gather(*work);
+          else if (work->kind_ == detail::shm::Kind::reduce_scatter)
+            reduce_scatter(*work);
           else
             all_reduce(*work);
           if (work->target_.defined()) work->target_.copy_(work->data_);
@@ -1035,7 +1100,7 @@ class ShmProcessGroup : public c10d::ProcessGroup {
       for (int q = 0; q < size_; ++q) {
         const auto& theirs = block(q).tag[k % depth];
         if (theirs.op != tag.op || theirs.numel != tag.numel || theirs.dtype != tag.dtype ||
-            theirs.reduce != tag.reduce || theirs.runs != tag.runs)
+            theirs.reduce != tag.reduce || theirs.runs != tag.runs || theirs.kind != tag.kind)
           throw std::runtime_error(
               "mpp: " + std::string(detail::shm::kind_name(work.kind_)) +
               " over shared memory: rank " + std::to_string(q) + " called " +
@@ -1057,9 +1122,12 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     const std::size_t per_chunk = layout_.chunk_bytes / element;
     auto count_of = [&](std::size_t c) { return std::min(per_chunk, numel - c * per_chunk); };
     char* bytes = static_cast<char*>(data.data_ptr());
-    const detail::shm::ChunkTag tag{work.number(), static_cast<std::int64_t>(numel),
+    const detail::shm::ChunkTag tag{work.number(),
+                                    static_cast<std::int64_t>(numel),
                                     static_cast<std::int32_t>(dtype),
-                                    static_cast<std::int32_t>(work.op_), 0};
+                                    static_cast<std::int32_t>(work.op_),
+                                    0,
+                                    static_cast<std::int32_t>(detail::shm::Kind::all_reduce)};
     std::vector<const char*> inputs(static_cast<std::size_t>(size_));
     exchange(
         work, tag,
@@ -1074,42 +1142,76 @@ class ShmProcessGroup : public c10d::ProcessGroup {
         });
   }
 
-  void all_gather(ShmWork& work) {
+  /// What an all-gather or reduce-scatter of owned runs works with: the tensor's bytes, its
+  /// chunks with every rank's run in each, and the tag its chunks carry.
+  struct RunsWork {
+    char* bytes;
+    std::size_t element;
+    detail::shm::RunsByChunk chunks;
+    detail::shm::ChunkTag tag;
+  };
+  RunsWork runs_work(const ShmWork& work, detail::shm::Kind kind, std::int32_t reduce) const {
     const at::Tensor& data = work.data_;
     const std::size_t element = data.element_size();
     const auto numel = static_cast<std::int64_t>(data.numel());
-    const auto per_chunk = static_cast<std::int64_t>(layout_.chunk_bytes / element);
-    char* bytes = static_cast<char*>(data.data_ptr());
-    const detail::shm::ChunkTag tag{work.number(), numel,
-                                    static_cast<std::int32_t>(data.scalar_type()), -1,
-                                    detail::shm::runs_hash(work.runs_)};
-    // The part of rank q's run inside chunk c, as [begin, end) elements of the tensor.
-    auto part = [&](int q, std::size_t c) {
-      const auto [offset, count] = work.runs_[static_cast<std::size_t>(q)];
-      const std::int64_t lo = static_cast<std::int64_t>(c) * per_chunk;
-      const std::int64_t hi = std::min(lo + per_chunk, numel);
-      return std::pair{std::max(lo, offset), std::min(hi, offset + count)};
-    };
+    return {static_cast<char*>(data.data_ptr()),
+            element,
+            {work.runs_, numel, static_cast<std::int64_t>(layout_.chunk_bytes / element)},
+            {work.number(), numel, static_cast<std::int32_t>(data.scalar_type()), reduce,
+             detail::shm::runs_hash(work.runs_), static_cast<std::int32_t>(kind)}};
+  }
+
+  void all_gather(ShmWork& work) {
+    const auto [bytes, element, chunks, tag] = runs_work(work, detail::shm::Kind::all_gather, -1);
     exchange(
         work, tag,
         [&](std::size_t c, char* slot) {
-          const auto [begin, end] = part(rank_, c);
-          const std::int64_t lo = static_cast<std::int64_t>(c) * per_chunk;
-          if (begin < end)
-            detail::shm::copy_to_slot(slot + static_cast<std::size_t>(begin - lo) * element,
-                                      bytes + static_cast<std::size_t>(begin) * element,
-                                      static_cast<std::size_t>(end - begin) * element);
+          const auto [begin, end] = chunks.part(rank_, c);
+          detail::shm::copy_range_to_slot(slot, bytes, chunks.lo(c), begin, end, element);
         },
         [&](std::size_t c, std::uint32_t k) {
-          const std::int64_t lo = static_cast<std::int64_t>(c) * per_chunk;
           for (int q = 0; q < size_; ++q) {
             if (q == rank_) continue;
-            const auto [begin, end] = part(q, c);
+            const auto [begin, end] = chunks.part(q, c);
             if (begin < end)
               std::memcpy(bytes + static_cast<std::size_t>(begin) * element,
-                          slot(k, q) + static_cast<std::size_t>(begin - lo) * element,
+                          slot(k, q) + static_cast<std::size_t>(begin - chunks.lo(c)) * element,
                           static_cast<std::size_t>(end - begin) * element);
           }
+        });
+  }
+
+  void reduce_scatter(ShmWork& work) {
+    const auto dtype = work.data_.scalar_type();
+    const auto [bytes, element, chunks, tag] =
+        runs_work(work, detail::shm::Kind::reduce_scatter, static_cast<std::int32_t>(work.op_));
+    // The reduction runs in rank order into this rank's own tensor. Ranks 0 and 1 read their
+    // own contribution from it directly (fold reads in[0] and in[1] before writing each element);
+    // the others' own input would be overwritten by the partial sums, so they copy it in too.
+    const bool own_in_place = rank_ < 2;
+    std::vector<const char*> inputs(static_cast<std::size_t>(size_));
+    exchange(
+        work, tag,
+        [&](std::size_t c, char* slot) {
+          const std::int64_t lo = chunks.lo(c), hi = chunks.hi(c);
+          const auto [begin, end] = chunks.part(rank_, c);
+          if (!own_in_place || begin >= end) {
+            detail::shm::copy_range_to_slot(slot, bytes, lo, lo, hi, element);
+          } else {  // what the others need: the chunk outside this rank's run
+            detail::shm::copy_range_to_slot(slot, bytes, lo, lo, begin, element);
+            detail::shm::copy_range_to_slot(slot, bytes, lo, end, hi, element);
+          }
+        },
+        [&](std::size_t c, std::uint32_t k) {
+          const auto [begin, end] = chunks.part(rank_, c);
+          if (begin >= end) return;
+          char* own = bytes + static_cast<std::size_t>(begin) * element;
+          const std::size_t at = static_cast<std::size_t>(begin - chunks.lo(c)) * element;
+          for (int q = 0; q < size_; ++q)
+            inputs[static_cast<std::size_t>(q)] =
+                q == rank_ && own_in_place ? own : slot(k, q) + at;
+          detail::shm::reduce_chunk(dtype, work.op_, own, inputs,
+                                    static_cast<std::size_t>(end - begin), scratch_);
         });
   }
 
