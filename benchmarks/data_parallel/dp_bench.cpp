@@ -115,20 +115,27 @@ void naive(benchmark::State& state, const Config& c) {
       1e3 * dp->comm_seconds() / static_cast<double>(state.iterations() + warmup_steps);
 }
 
-/// DDP over `Comm`; with `Sharded`, the optimizer's state and step are split over the ranks
-/// (ShardedOptimizer, ZeRO stage 1): each rank runs Adam on its share of the parameters, then
-/// the updated shares are exchanged.
-template <class Comm, bool Sharded = false>
+/// How the optimizer step is split: not at all (Adam on every rank), sharded (ShardedOptimizer,
+/// ZeRO stage 1: each rank runs Adam on its share of the parameters, then the updated shares are
+/// exchanged), or sharded with each gradient reduce-scattered to the rank that steps it.
+enum class Step { replicated, sharded, sharded_to_owners };
+
+/// DDP over `Comm` with the optimizer step split as `S` says.
+template <class Comm, Step S = Step::replicated>
 void ddp(benchmark::State& state, const Config& c) {
   world->barrier();
   Trainer t(c, c.global_batch / world->size());
   const auto cap = static_cast<std::size_t>(state.range(0)) * 1024 * 1024;
   const auto& group = group_for<typename Comm::backend>();
-  auto d = std::make_shared<mpp::DDP<Comm>>(*t.model, group, mpp::DdpOptions{.bucket_bytes = cap});
+  std::shared_ptr<mpp::ShardedOptimizer<torch::optim::Adam, Comm>> sharded;
+  if constexpr (S != Step::replicated)
+    sharded = std::make_shared<mpp::ShardedOptimizer<torch::optim::Adam, Comm>>(
+        *t.model, group, torch::optim::AdamOptions(1e-4));
+  mpp::DdpOptions options{.bucket_bytes = cap};
+  if constexpr (S == Step::sharded_to_owners) options.gradient_owners = sharded->plan().owner;
+  auto d = std::make_shared<mpp::DDP<Comm>>(*t.model, group, options);
   t.keep = d;
-  if constexpr (Sharded)
-    t.use_optimizer(std::make_shared<mpp::ShardedOptimizer<torch::optim::Adam, Comm>>(
-        *t.model, group, torch::optim::AdamOptions(1e-4)));
+  if (sharded) t.use_optimizer(sharded);
   run(state, t, c);
   state.counters["buckets"] = static_cast<double>(d->buckets().buckets.size());
   state.counters["exposed_comm_ms_per_step"] =
@@ -206,8 +213,12 @@ void register_all(const Config& c) {
       naive<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::Coalesced>>, c);
   add("DDP<Async<Gloo>>", ddp<mpp::Async<mpp::Gloo>>, c, {1, 5, 25, 100});
   add("DDP<Async<Shm>>", ddp<mpp::Async<mpp::Shm>>, c, {1, 5, 25, 100});
-  add("DDP<Async<Gloo>>+ShardedOptimizer<Adam>", ddp<mpp::Async<mpp::Gloo>, true>, c, {25, 100});
-  add("DDP<Async<Shm>>+ShardedOptimizer<Adam>", ddp<mpp::Async<mpp::Shm>, true>, c, {25, 100});
+  add("DDP<Async<Gloo>>+ShardedOptimizer<Adam>", ddp<mpp::Async<mpp::Gloo>, Step::sharded>, c,
+      {25, 100});
+  add("DDP<Async<Shm>>+ShardedOptimizer<Adam>", ddp<mpp::Async<mpp::Shm>, Step::sharded>, c,
+      {25, 100});
+  add("DDP<Async<Shm>,to_owners>+ShardedOptimizer<Adam>",
+      ddp<mpp::Async<mpp::Shm>, Step::sharded_to_owners>, c, {5, 25, 100});
   add("DDP<Blocking<Gloo>>", ddp<mpp::Blocking<mpp::Gloo>>, c, {25});
   add("NoComm/local_batch,Adam", no_comm<false>, c);
   add("NoComm/local_batch,Adam_on_shard", no_comm<true>, c);

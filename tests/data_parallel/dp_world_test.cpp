@@ -300,6 +300,12 @@ MPP_TEST_WORKER("dp_unused_some") {
     return 1;
   };
   // One bucket per parameter: the missing ones sit at the start or the end of the launch order.
+  if (std::string(argv[argc - 2]) == "owners") {  // reduce-scattered to the owners over Shm
+    auto shm = group.new_group<mpp::Shm>();
+    mpp::DDP<mpp::Async<mpp::Shm>> ddp(
+        *model, shm, {.bucket_bytes = 100, .gradient_owners = {0, 0, 0, 1, 1, 1}});
+    return step(ddp);
+  }
   if (std::string(argv[argc - 2]) == "blocking") {
     mpp::DDP<mpp::Blocking<mpp::Gloo>> ddp(*model, group, {.bucket_bytes = 100});
     return step(ddp);
@@ -404,7 +410,7 @@ TEST_CASE("DDP reports a parameter that never got a gradient by name instead of 
 }
 
 TEST_CASE("DDP: a parameter unused on some ranks only is named on every rank, at once") {
-  for (const char* policy : {"async", "blocking"})
+  for (const char* policy : {"async", "blocking", "owners"})
     for (const char* skip : {"first", "last"}) {
       CAPTURE(policy);
       CAPTURE(skip);

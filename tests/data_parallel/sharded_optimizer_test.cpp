@@ -59,14 +59,18 @@ torch::nn::Sequential train_reference() {
 }
 
 /// DDP + ShardedOptimizer<Adam> over `group`, replicas seeded differently on every rank.
+/// With `to_owners`, DDP reduce-scatters each gradient to the rank that steps it.
 template <class Comm>
 void train_and_check(const mpp::ProcessGroup& group, torch::nn::Sequential& reference,
-                     const std::string& what) {
+                     const std::string& what, bool to_owners = false) {
   auto model =
       mpp::models::make_full_mlp(small_config(100 + static_cast<std::uint64_t>(group.rank())));
-  mpp::DDP<Comm> ddp(*model, group, mpp::DdpOptions{.bucket_bytes = 1000});
   mpp::ShardedOptimizer<torch::optim::Adam, Comm> opt(*model, group,
                                                       torch::optim::AdamOptions(learning_rate));
+  mpp::DDP<Comm> ddp(
+      *model, group,
+      mpp::DdpOptions{.bucket_bytes = 1000,
+                      .gradient_owners = to_owners ? opt.plan().owner : std::vector<int>{}});
   const auto per_rank = global_batch / group.size();
   for (int s = 0; s < train_steps; ++s) {
     opt.zero_grad();
@@ -152,6 +156,14 @@ MPP_TEST_WORKER("zero_equivalence") {
                                             "DDP<Blocking<Gloo>> + ShardedOptimizer");
   auto shm = group.new_group<mpp::Shm>();
   train_and_check<mpp::Async<mpp::Shm>>(shm, reference, "DDP<Async<Shm>> + ShardedOptimizer");
+  train_and_check<mpp::Async<mpp::Shm>>(
+      shm, reference, "DDP<Async<Shm>> reduce-scattering to the owners + ShardedOptimizer", true);
+  train_and_check<mpp::Blocking<mpp::Shm>>(
+      shm, reference, "DDP<Blocking<Shm>> reduce-scattering to the owners + ShardedOptimizer",
+      true);
+  train_and_check<mpp::Async<mpp::Gloo>>(
+      group, reference, "DDP<Async<Gloo>> reduce-scattering to the owners + ShardedOptimizer",
+      true);
   return 0;
 }
 
@@ -344,6 +356,26 @@ MPP_TEST_WORKER("zero_reshard") {
                        "one step after loading equals the writer's");
   std::printf("rank %d: resharded %s\n", group.rank(), dir.filename().c_str());
   return 0;
+}
+
+TEST_CASE("DDP gradient owners: one run per rank and bucket, contiguous owners only") {
+  // six parameters of 10 elements, buckets of two (reverse order): {5, 4}, {3, 2}, {1, 0}
+  std::vector<mpp::GradSpec> specs(6, mpp::GradSpec{10, 4});
+  const auto plan = mpp::plan_buckets(specs, 80);
+  REQUIRE(plan.buckets.size() == 3);
+  const auto runs = mpp::detail::owned_runs(plan, {0, 0, 0, 1, 1, 1}, 2);
+  using Runs = mpp::detail::OwnedRuns;
+  CHECK(runs[0] == Runs{{0, 0}, {0, 20}});    // parameters 5, 4: rank 1's
+  CHECK(runs[1] == Runs{{10, 10}, {0, 10}});  // parameter 3 (rank 1), then 2 (rank 0)
+  CHECK(runs[2] == Runs{{0, 20}, {0, 0}});    // parameters 1, 0: rank 0's
+  // in one bucket, rank 1's parameters 5, 4, 3 and 1 are split by rank 0's parameter 2
+  const auto one = mpp::plan_buckets(specs, 1000);
+  REQUIRE(one.buckets.size() == 1);
+  CHECK(mpp::detail::owned_runs(one, {0, 0, 0, 1, 1, 1}, 2)[0] == Runs{{30, 30}, {0, 30}});
+  CHECK_THROWS_WITH(mpp::detail::owned_runs(one, {0, 1, 0, 1, 1, 1}, 2),
+                    doctest::Contains("parameters that are not side by side"));
+  CHECK_THROWS_WITH(mpp::detail::owned_runs(plan, {0, 0, 0, 1, 1, 2}, 2),
+                    doctest::Contains("gradient_owners[5] = 2 is not a rank of this group of 2"));
 }
 
 TEST_CASE(

@@ -35,35 +35,97 @@ struct DdpOptions {
   std::size_t bucket_bytes = default_bucket_bytes;
   /// Copy rank 0's parameters and buffers to every rank at construction.
   bool broadcast_parameters = true;
+  /// Average each gradient only on the rank that steps its parameter (ZeRO stage 2's exchange):
+  /// per trainable parameter, in registration order, its owner -- a ShardedOptimizer's
+  /// plan().owner, each rank owning one contiguous range. Each bucket is then reduce-scattered
+  /// instead of all-reduced: after backward a rank's `.grad` holds the average for the
+  /// parameters it owns and, for the others, something else (over Shm its own share of the sum,
+  /// over other backends the average). Only for a step that reads its own parameters' gradients
+  /// (ShardedOptimizer); leave it empty when anything reads every gradient (clipping by the
+  /// global norm, logging them). Over Shm each rank reads only its own part of the others'
+  /// buckets; over other backends it is an all-reduce.
+  std::vector<int> gradient_owners{};
 };
 
 namespace detail {
 
-/// Reduces buckets through a process group, as the comm policy says.
+using OwnedRuns = std::vector<std::pair<std::int64_t, std::int64_t>>;  // {offset, numel} per rank
+
+/// Per bucket of `plan`, the run of its flat buffer each rank owns under `owners` (one per
+/// parameter, as DdpOptions::gradient_owners): the parameters of one owner sit side by side in a
+/// bucket (buckets hold them in reverse order), and a rank with none there owns an empty run.
+inline std::vector<OwnedRuns> owned_runs(const BucketPlan& plan, const std::vector<int>& owners,
+                                         int ranks) {
+  for (std::size_t i = 0; i < owners.size(); ++i)
+    if (owners[i] < 0 || owners[i] >= ranks)
+      throw std::invalid_argument("mpp: DdpOptions::gradient_owners[" + std::to_string(i) +
+                                  "] = " + std::to_string(owners[i]) +
+                                  " is not a rank of this group of " + std::to_string(ranks));
+  std::vector<OwnedRuns> out;
+  for (const auto& bucket : plan.buckets) {
+    OwnedRuns runs(static_cast<std::size_t>(ranks), {0, 0});
+    std::vector<bool> seen(static_cast<std::size_t>(ranks), false);
+    int current = -1;
+    std::int64_t start = 0;
+    auto close = [&](std::int64_t end) {
+      if (current >= 0) runs[static_cast<std::size_t>(current)] = {start, end - start};
+    };
+    for (std::size_t s = 0; s < bucket.params.size(); ++s) {
+      const int o = owners[bucket.params[s]];
+      if (o == current) continue;
+      if (seen[static_cast<std::size_t>(o)])
+        throw std::invalid_argument(
+            "mpp: DdpOptions::gradient_owners gives rank " + std::to_string(o) +
+            " parameters that are not side by side (each rank must own one contiguous range of "
+            "parameters in registration order, as ShardedOptimizer's plan() does)");
+      const auto at = static_cast<std::int64_t>(current < 0 ? 0 : bucket.offsets[s]);
+      close(at);
+      seen[static_cast<std::size_t>(o)] = true;
+      current = o;
+      start = at;
+    }
+    close(static_cast<std::int64_t>(bucket.elements));
+    out.push_back(std::move(runs));
+  }
+  return out;
+}
+
+/// Reduces buckets through a process group, as the comm policy says: all-reduces, or with
+/// `owned` (one entry per bucket) reduce-scatters to the owners.
 template <comm_policy Comm>
 struct GroupBucketLauncher {
   ProcessGroup group;
-  std::vector<Request> pending;
+  std::vector<OwnedRuns> owned;                  // empty: every bucket is all-reduced
+  std::vector<std::vector<Request>> pending;     // per bucket, in flight
   std::chrono::steady_clock::duration waited{};  // time blocked on communication, this step
 
   void launch(std::size_t bucket, at::Tensor& flat) {
-    if constexpr (Comm::semantics == CommSemantics::buffered) {
-      if (pending.size() <= bucket) pending.resize(bucket + 1);
-      pending[bucket] = group.iall_reduce(flat, ReduceOp::sum);
-    } else {
-      const auto start = std::chrono::steady_clock::now();
-      group.all_reduce(flat, ReduceOp::sum);
-      waited += std::chrono::steady_clock::now() - start;
+    if (pending.size() <= bucket) pending.resize(bucket + 1);
+    auto& requests = pending[bucket];
+    requests.clear();
+    if (bucket < owned.size()) {
+      std::int64_t covered = 0;
+      for (const auto& run : owned[bucket]) covered += run.second;
+      requests.push_back(group.ireduce_scatter_runs(flat.narrow(0, 0, covered), owned[bucket]));
+      if (covered < flat.numel())  // the last bucket's "missed a gradient" flag: for every rank
+        requests.push_back(group.iall_reduce(flat.narrow(0, covered, flat.numel() - covered)));
+    } else {  // every bucket without owners, and the rare check of missing gradients
+      requests.push_back(group.iall_reduce(flat, ReduceOp::sum));
     }
+    if constexpr (Comm::semantics != CommSemantics::buffered) finish(bucket);
   }
   int replica() const { return group.rank(); }
   int replicas() const { return group.size(); }
   void wait(std::size_t bucket) {
-    if constexpr (Comm::semantics == CommSemantics::buffered) {
-      const auto start = std::chrono::steady_clock::now();
-      pending[bucket].wait();
-      waited += std::chrono::steady_clock::now() - start;
-    }
+    if constexpr (Comm::semantics == CommSemantics::buffered) finish(bucket);
+  }
+
+ private:
+  void finish(std::size_t bucket) {
+    const auto start = std::chrono::steady_clock::now();
+    for (auto& request : pending[bucket]) request.wait();
+    pending[bucket].clear();
+    waited += std::chrono::steady_clock::now() - start;
   }
 };
 
@@ -84,9 +146,20 @@ class DistributedDataParallel {
       throw std::invalid_argument("mpp: DDP needs a module with at least one trainable parameter");
     check_same_structure(params, group_, "DDP");
     if (options.broadcast_parameters) broadcast_parameters(module, group_);
+    const auto count = params.size();
     engine_ = std::make_unique<Engine>(std::move(params), options.bucket_bytes,
                                        static_cast<double>(group_.size()),
-                                       detail::GroupBucketLauncher<Comm>{group_, {}, {}});
+                                       detail::GroupBucketLauncher<Comm>{group_, {}, {}, {}});
+    if (!options.gradient_owners.empty()) {
+      if (options.gradient_owners.size() != count)
+        throw std::invalid_argument(
+            "mpp: DdpOptions::gradient_owners has " +
+            std::to_string(options.gradient_owners.size()) + " entries but the module has " +
+            std::to_string(count) +
+            " trainable parameters; pass plan().owner of a ShardedOptimizer over this module");
+      engine_->launcher().owned =
+          detail::owned_runs(engine_->plan(), options.gradient_owners, group_.size());
+    }
   }
 
   /// Inside this scope backward() accumulates gradients locally without communicating; the
