@@ -110,8 +110,19 @@ MPP_TEST_WORKER("launch_grandchild") {
   if (::posix_spawn(&child, sleep_path, nullptr, nullptr, child_argv, environ) != 0) return 10;
   std::printf("grandchild=%d\n", static_cast<int>(child));
   std::fflush(stdout);
-  if (rank_from_env() == 1) return 4;
-  return sleep_for(30s);
+  // Rank 1 fails only once rank 0 has its grandchild too (a marker per job, by port), so that
+  // the launcher's stop never lands before rank 0 has started one.
+  const std::filesystem::path marker =
+      std::filesystem::temp_directory_path() / ("mpp_grandchild_" + env_or("MASTER_PORT", "0"));
+  if (rank_from_env() == 0) {
+    std::ofstream(marker) << child;
+    return sleep_for(30s);
+  }
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!std::filesystem::exists(marker) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(5ms);
+  std::filesystem::remove(marker);
+  return 4;
 }
 
 TEST_SUITE("launch") {
