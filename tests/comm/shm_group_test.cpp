@@ -337,6 +337,25 @@ std::vector<std::pair<std::int64_t, std::int64_t>> uneven_runs(std::int64_t n, i
   return runs;
 }
 
+/// Runs `call(x, runs)` with rank 0 swapping the first and last owners: every rank must fail
+/// naming both calls (`kind` #n) and the owned runs. Returns the message.
+template <class Call>
+std::string disagreeing_runs_error(const mpp::ProcessGroup& world, const std::string& kind,
+                                   Call call) {
+  const int W = world.size();
+  auto x = at::ones({100});
+  auto runs = uneven_runs(100, W);
+  if (world.rank() == 0) std::swap(runs[0], runs[static_cast<std::size_t>(W - 1)]);
+  try {
+    call(x, runs);
+  } catch (const mpp::CommError& e) {
+    expect(contains(e.what(), "called " + kind + " #"), e.what());
+    expect(contains(e.what(), "owned runs"), e.what());
+    return e.what();
+  }
+  throw std::runtime_error(kind + " with disagreeing runs did not fail");
+}
+
 // all_gather_runs: every owner's bits land on every rank, through shared memory and through the
 // Gloo fallback alike, for several chunks, odd sizes, several dtypes, an empty run; runs that do
 // not tile the tensor are refused; ranks passing different runs fail naming both.
@@ -390,18 +409,11 @@ MPP_TEST_WORKER("shm_all_gather") {
   refused(uneven_runs(10, W), at::zeros({2, 5}), "flat contiguous tensor");
   refused(uneven_runs(10, W), at::zeros({10}, at::kComplexFloat).conj(), "lazy conjugate");
   // ranks that disagree on who owns what fail together, naming both calls
-  auto x = at::zeros({100});
-  auto runs = uneven_runs(100, W);
-  if (me == 0) std::swap(runs[0], runs[static_cast<std::size_t>(W - 1)]);
-  try {
-    world.all_gather_runs(x, runs);
-  } catch (const mpp::CommError& e) {
-    expect(contains(e.what(), "called all_gather #"), e.what());
-    expect(contains(e.what(), "owned runs"), e.what());
-    std::printf("rank %d: all_gather_runs agrees with Gloo; mismatch: %s\n", me, e.what());
-    return 0;
-  }
-  return 1;
+  std::printf("rank %d: all_gather_runs agrees with Gloo; mismatch: %s\n", me,
+              disagreeing_runs_error(world, "all_gather", [&](auto& x, auto& runs) {
+                world.all_gather_runs(x, runs);
+              }).c_str());
+  return 0;
 }
 
 // reduce_scatter_runs: each rank's own run holds the bits an all-reduce gives (through shared
@@ -453,19 +465,11 @@ MPP_TEST_WORKER("shm_reduce_scatter") {
   } catch (const std::invalid_argument& e) {
     expect(contains(e.what(), "reduce_scatter_runs needs one run per rank of the group"), e.what());
   }
-  auto x = at::ones({100});
-  auto runs = uneven_runs(100, W);
-  if (me == 0) std::swap(runs[0], runs[static_cast<std::size_t>(W - 1)]);
-  try {
-    world.reduce_scatter_runs(x, runs);
-  } catch (const mpp::CommError& e) {
-    expect(contains(e.what(), "called reduce_scatter #"), e.what());
-    expect(contains(e.what(), "owned runs"), e.what());
-    std::printf("rank %d: reduce_scatter_runs agrees with all_reduce; mismatch: %s\n", me,
-                e.what());
-    return 0;
-  }
-  return 1;
+  std::printf("rank %d: reduce_scatter_runs agrees with all_reduce; mismatch: %s\n", me,
+              disagreeing_runs_error(world, "reduce_scatter", [&](auto& x, auto& runs) {
+                world.reduce_scatter_runs(x, runs);
+              }).c_str());
+  return 0;
 }
 
 // The last rank leaves in the middle of an all-reduce of several chunks; the others must fail

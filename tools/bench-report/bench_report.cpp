@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "mpp/launch/launcher.hpp"
 #include "mpp/util/blas.hpp"
 
 namespace fs = std::filesystem;
@@ -1007,8 +1008,7 @@ int main(int argc, char** argv) {
   ::setenv("OMP_NUM_THREADS", "1", 1);
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
   // The PyTorch references too, not only mpprun's ranks (unless the caller chose other values).
-  ::setenv("MALLOC_TRIM_THRESHOLD_", "68719476736", 0);
-  ::setenv("MALLOC_MMAP_THRESHOLD_", "33554432", 0);
+  for (const auto& [name, value] : mpp::launch::allocator_environment) ::setenv(name, value, 0);
   try {
     const fs::path source = fs::weakly_canonical(fs::absolute(source_dir));
     const fs::path out = source / report;

@@ -763,17 +763,18 @@ class ProcessGroup {
                                    const std::vector<std::pair<std::int64_t, std::int64_t>>& runs,
                                    ReduceOp op) const {
     check_tensor("reduce_scatter_runs", flat);
-    detail::check_owned_runs(flat, runs, size(), "reduce_scatter_runs");
     const auto& s = member();
     if (auto* shm = dynamic_cast<ShmProcessGroup*>(s.pg.get())) {
       c10d::AllreduceOptions opts;
       opts.reduceOp = detail::to_c10d(op);
       if (shm->handles({flat}, opts)) {
         auto info = op_info("reduce_scatter_runs", -1, -1, flat, true, reduce_op_name(op));
+        // Checks the runs (std::invalid_argument) and queues the work.
         auto work = shm->reduce_scatter_runs(flat, runs, opts.reduceOp);
         return Request(std::move(work), std::move(info), flat);
       }
     }
+    detail::check_owned_runs(flat, runs, size(), "reduce_scatter_runs");
     return post_all_reduce("reduce_scatter_runs", flat, op, false);
   }
 

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mpp/launch/environment.hpp"
@@ -29,6 +30,13 @@
 namespace mpp::launch {
 
 enum class Stream { out, err };
+
+/// What LaunchOptions::allocator_defaults gives every rank (each unless already set): glibc keeps
+/// freed memory instead of trimming the heap and page-faulting it in again the next step.
+inline constexpr std::pair<const char*, const char*> allocator_environment[] = {
+    {"MALLOC_TRIM_THRESHOLD_", "68719476736"},  // never trim below 64 GiB free
+    {"MALLOC_MMAP_THRESHOLD_", "33554432"},     // 32 MiB, the most glibc would reach by itself
+};
 
 struct LaunchOptions {
   std::vector<std::string> command;  // program and its arguments, the same for every rank
@@ -42,8 +50,7 @@ struct LaunchOptions {
   // with glibc's defaults the heap is trimmed as soon as a few MiB at its top are free, so every
   // training step's large temporaries (the optimizer's, the gradients) page-fault in again
   // (LibTorch's Adam step on 16 M parameters: ~75 ms instead of ~22 ms). Sets
-  // MALLOC_TRIM_THRESHOLD_ (never trim below 64 GiB free) and MALLOC_MMAP_THRESHOLD_ (32 MiB,
-  // the largest threshold glibc would reach by itself).
+  // allocator_environment.
   bool allocator_defaults = true;
   std::chrono::milliseconds timeout{0};   // whole-run deadline; 0: none
   std::chrono::milliseconds grace{3000};  // between SIGTERM and SIGKILL
@@ -216,8 +223,7 @@ inline LaunchResult launch(const LaunchOptions& options) {
       if (!std::getenv(name)) common.emplace_back(name, "1");
   }
   if (options.allocator_defaults) {
-    for (const auto& [name, value] : {std::pair{"MALLOC_TRIM_THRESHOLD_", "68719476736"},
-                                      std::pair{"MALLOC_MMAP_THRESHOLD_", "33554432"}})
+    for (const auto& [name, value] : allocator_environment)
       if (!std::getenv(name)) common.emplace_back(name, value);
   }
 
