@@ -6,8 +6,10 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -28,10 +30,19 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-/// Parses "elapsed_ms=<n>" printed by a worker; -1 if absent.
-long long elapsed_printed(const std::string& output) {
-  auto at = output.find("elapsed_ms=");
-  return at == std::string::npos ? -1 : std::stoll(output.substr(at + 11));
+/// Parses "<name>=<n>" printed by a worker; -1 if absent.
+long long printed(const std::string& output, const std::string& name) {
+  auto at = output.find(name + "=");
+  return at == std::string::npos ? -1 : std::stoll(output.substr(at + name.size() + 1));
+}
+
+long long elapsed_printed(const std::string& output) { return printed(output, "elapsed_ms"); }
+
+/// Wall-clock milliseconds: the one clock that the ranks of one host share.
+long long wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 mpp::test::WorldOptions with_deadlines(const char* init_s, const char* op_s) {
@@ -45,15 +56,16 @@ mpp::test::WorldOptions with_deadlines(const char* init_s, const char* op_s) {
 template <class Op>
 int expect_comm_error(Op op) {
   const auto start = Clock::now();
+  const auto started = wall_ms();
   try {
     op();
   } catch (const mpp::CommTimeout& e) {
-    std::printf("timeout op=%s peer=%d elapsed_ms=%lld\n%s\n", e.operation().c_str(), e.peer(),
-                ms_since(start), e.what());
+    std::printf("timeout op=%s peer=%d elapsed_ms=%lld started_ms=%lld ended_ms=%lld\n%s\n",
+                e.operation().c_str(), e.peer(), ms_since(start), started, wall_ms(), e.what());
     return 0;
   } catch (const mpp::CommError& e) {
-    std::printf("error op=%s peer=%d elapsed_ms=%lld\n%s\n", e.operation().c_str(), e.peer(),
-                ms_since(start), e.what());
+    std::printf("error op=%s peer=%d elapsed_ms=%lld started_ms=%lld ended_ms=%lld\n%s\n",
+                e.operation().c_str(), e.peer(), ms_since(start), started, wall_ms(), e.what());
     return 0;
   }
   std::printf("no error\n");
@@ -65,6 +77,14 @@ int expect_comm_error(Op op) {
 // Launched as 2 ranks of a WORLD_SIZE=3 job: rank 2 never comes.
 MPP_TEST_WORKER("comm_init_missing") {
   torch::set_num_threads(1);
+  return expect_comm_error([] { mpp::init_process_group(); });
+}
+
+// As comm_init_missing, but rank 1 starts its init a second after rank 0: rank 0's deadline
+// passes first, and rank 1 must still report the missing rank, not a lost store.
+MPP_TEST_WORKER("comm_init_missing_late") {
+  torch::set_num_threads(1);
+  if (std::getenv("RANK") == std::string("1")) std::this_thread::sleep_for(1s);
   return expect_comm_error([] { mpp::init_process_group(); });
 }
 
@@ -157,9 +177,29 @@ TEST_CASE("comm: init with a missing rank fails within its deadline and names th
     CHECK(contains(world.output(r), "rank(s) [2] of WORLD_SIZE=3 never reached the rendezvous"));
     CHECK(contains(world.output(r), "mpprun --nproc-per-node 3"));
     const auto elapsed = elapsed_printed(world.output(r));
-    CHECK(elapsed >= 1'900);
     CHECK(elapsed < 6'000);
   }
+  // The ranks started at slightly different times; each reports at its own deadline or at
+  // rank 0's (rank 0 serves the store and tells the others when it gives up), never before.
+  const auto host_started = printed(world.output(0), "started_ms");
+  CHECK(elapsed_printed(world.output(0)) >= 1'900);
+  const auto started = printed(world.output(1), "started_ms");
+  CHECK(printed(world.output(1), "ended_ms") >= std::min(started, host_started) + 1'900);
+}
+
+TEST_CASE("comm: a rank that starts its init late still names the missing rank") {
+  auto options = with_deadlines("2", "30");
+  options.env.emplace_back("WORLD_SIZE", "3");
+  auto world = mpp::test::run_world(2, "comm_init_missing_late", options);
+  CHECK_MESSAGE(world.ok(), world.report());
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(world.output(r));
+    CHECK(contains(world.output(r), "timeout op=init peer=2"));
+    CHECK(contains(world.output(r), "rank(s) [2] of WORLD_SIZE=3 never reached the rendezvous"));
+  }
+  // Rank 1 hears of it when rank 0 gives up, a second before its own deadline.
+  CHECK(printed(world.output(1), "ended_ms") >= printed(world.output(0), "started_ms") + 1'900);
+  CHECK(elapsed_printed(world.output(1)) < 1'900);
 }
 
 TEST_CASE("comm: init without rank 0 fails within its deadline") {

@@ -33,6 +33,7 @@
 #include <future>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -70,6 +71,12 @@ struct GroupState {
   CommOptions options;
   int children = 0;  // sub-groups created from this one (same sequence on every member)
 };
+
+/// Position of `value` in `values`, or -1.
+inline int index_of(const std::vector<int>& values, int value) {
+  const auto at = std::find(values.begin(), values.end(), value);
+  return at == values.end() ? -1 : static_cast<int>(at - values.begin());
+}
 
 inline std::string rank_list(const std::vector<int>& ranks) {
   std::string s = "[";
@@ -171,6 +178,19 @@ inline WirePlan reduce_wire_plan(at::ScalarType dtype, ReduceOp op) {
   }
 }
 
+/// The member among the waiters that serves the store, so that its giving up reaches the
+/// others: ranks start at different times, so the host's deadline can pass while another
+/// waiter still has time left, and once the host exits that waiter would see a lost store.
+/// At its deadline the host publishes the members it still misses under `key` and keeps
+/// serving until the waiters it saw have read that (at most `linger`); a waiter that reads it
+/// reports the same members at once.
+struct HostVerdict {
+  std::string key;  ///< empty: the store's host is not among the waiters
+  int host = -1;    ///< index (among the keys) of the member that serves the store
+  int self = -1;    ///< index of this waiter
+  std::chrono::milliseconds linger{1000};
+};
+
 /// Waits until every key exists, or throws what `on_timeout(missing indices)` returns. Polls
 /// with check() rather than Store::wait(): after a timed-out wait, c10d's TCPStore client can
 /// still receive the late answer to it, which would corrupt the next request on the socket.
@@ -178,27 +198,65 @@ inline WirePlan reduce_wire_plan(at::ScalarType dtype, ReduceOp op) {
 /// further store access (the store's host may be gone by then).
 template <class OnTimeout>
 void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
-                   std::chrono::steady_clock::time_point deadline, OnTimeout on_timeout) {
+                   std::chrono::steady_clock::time_point deadline, OnTimeout on_timeout,
+                   const HostVerdict& verdict = {}) {
+  using Clock = std::chrono::steady_clock;
+  const bool exchange = !verdict.key.empty() && verdict.host >= 0 && verdict.self >= 0;
+  const bool host = exchange && verdict.self == verdict.host;
+  const auto read_key = [&](int i) { return verdict.key + "/read/" + std::to_string(i); };
   std::vector<int> missing;
   for (std::size_t i = 0; i < keys.size(); ++i) missing.push_back(static_cast<int>(i));
   auto pause = std::chrono::milliseconds(2);
   for (;;) {
+    std::optional<std::vector<int>> host_missed;
     try {
       std::vector<int> still;
       for (int i : missing)
         if (!store.check({keys[static_cast<std::size_t>(i)]})) still.push_back(i);
       missing = std::move(still);
+      if (exchange && !host && !missing.empty() && store.check({verdict.key})) {
+        const auto bytes = store.get(verdict.key);
+        std::vector<int> missed;
+        std::string text(bytes.begin(), bytes.end());
+        for (std::size_t at = 0; at < text.size();) {
+          const auto comma = std::min(text.find(',', at), text.size());
+          missed.push_back(std::stoi(text.substr(at, comma - at)));
+          at = comma + 1;
+        }
+        store.set(read_key(verdict.self), std::vector<uint8_t>{1});
+        host_missed = std::move(missed);
+      }
     } catch (const std::exception& e) {
-      // Near the deadline, rank 0 may simply have given up first and exited: same report.
-      if (std::chrono::steady_clock::now() >= deadline - std::chrono::milliseconds(500))
-        throw on_timeout(missing);
+      // Near the deadline, the host may simply have given up first and exited: same report.
+      if (Clock::now() >= deadline - std::chrono::milliseconds(500)) throw on_timeout(missing);
       throw CommError("init", 0,
                       "mpp: lost the rendezvous store (hosted by rank 0) while waiting for " +
                           std::to_string(missing.size()) + " rank(s): " + error_text(e) +
-                          "; rank 0 exited or crashed - look at its log");
+                          "; look at the log of rank 0, which served it");
     }
+    if (host_missed) throw on_timeout(*host_missed);
     if (missing.empty()) return;
-    if (std::chrono::steady_clock::now() >= deadline) throw on_timeout(missing);
+    if (Clock::now() >= deadline) {
+      if (host) {
+        std::string text;
+        for (int i : missing) text += (text.empty() ? "" : ",") + std::to_string(i);
+        std::vector<int> readers;
+        for (int i = 0; i < static_cast<int>(keys.size()); ++i)
+          if (i != verdict.host && std::find(missing.begin(), missing.end(), i) == missing.end())
+            readers.push_back(i);
+        try {
+          store.set(verdict.key, std::vector<uint8_t>(text.begin(), text.end()));
+          const auto until = Clock::now() + verdict.linger;
+          while (!readers.empty() && Clock::now() < until) {
+            std::erase_if(readers, [&](int i) { return store.check({read_key(i)}); });
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+        } catch (const std::exception&) {
+          // The verdict is a courtesy to the others; this rank's own report stands.
+        }
+      }
+      throw on_timeout(missing);
+    }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
@@ -213,19 +271,26 @@ inline void store_barrier(const GroupState& g, std::string_view operation, const
   g.store->set(base + std::to_string(g.rank), std::vector<uint8_t>{1});
   std::vector<std::string> keys;
   for (int r : members) keys.push_back(base + std::to_string(r));
-  wait_for_keys(*g.store, keys, deadline, [&](const std::vector<int>& missing) {
-    std::vector<int> who;
-    for (int i : missing)
-      who.push_back(g.global_ranks[static_cast<std::size_t>(members[static_cast<std::size_t>(i)])]);
-    return CommTimeout(std::string(operation), who.front(), g.options.init_timeout,
-                       "mpp: " + std::string(operation) + " of the group " +
-                           rank_list(g.global_ranks) + " on global rank " +
-                           std::to_string(g.global_rank) + ": global rank(s) " + rank_list(who) +
-                           " did not finish connecting within " +
-                           std::to_string(g.options.init_timeout.count()) +
-                           " ms; they exited, crashed or are stuck during start-up (look at "
-                           "their logs)");
-  });
+  const int host = index_of(g.global_ranks, g.store_host);
+  const HostVerdict verdict{base + "gave_up", host < 0 ? -1 : index_of(members, host),
+                            index_of(members, g.rank)};
+  wait_for_keys(
+      *g.store, keys, deadline,
+      [&](const std::vector<int>& missing) {
+        std::vector<int> who;
+        for (int i : missing)
+          who.push_back(
+              g.global_ranks[static_cast<std::size_t>(members[static_cast<std::size_t>(i)])]);
+        return CommTimeout(std::string(operation), who.front(), g.options.init_timeout,
+                           "mpp: " + std::string(operation) + " of the group " +
+                               rank_list(g.global_ranks) + " on global rank " +
+                               std::to_string(g.global_rank) + ": global rank(s) " +
+                               rank_list(who) + " did not finish connecting within " +
+                               std::to_string(g.options.init_timeout.count()) +
+                               " ms; they exited, crashed or are stuck during start-up (look at "
+                               "their logs)");
+      },
+      verdict);
 }
 
 /// Connects the backend's group, then waits until every member has connected too: Gloo lets a
@@ -252,9 +317,7 @@ inline c10::intrusive_ptr<c10d::ProcessGroup> connect_group(
   std::vector<int> everyone;
   for (int r = 0; r < size; ++r) everyone.push_back(r);
   store_barrier(g, operation, "connected", deadline, everyone);
-  const auto host = std::find(g.global_ranks.begin(), g.global_ranks.end(), g.store_host);
-  if (host != g.global_ranks.end()) {
-    const int host_rank = static_cast<int>(host - g.global_ranks.begin());
+  if (const int host_rank = index_of(g.global_ranks, g.store_host); host_rank >= 0) {
     if (rank == host_rank) {
       std::vector<int> others;
       for (int r = 0; r < size; ++r)
@@ -366,14 +429,17 @@ inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env,
   store->set("mpp/join/" + std::to_string(env.rank), std::vector<uint8_t>{1});
   std::vector<std::string> keys;
   for (int r = 0; r < env.world_size; ++r) keys.push_back("mpp/join/" + std::to_string(r));
-  detail::wait_for_keys(*store, keys, deadline, [&](const std::vector<int>& missing) {
-    return CommTimeout("init", missing.front(), options.init_timeout,
-                       "mpp: init on rank " + std::to_string(env.rank) + " timed out after " +
-                           std::to_string(options.init_timeout.count()) + " ms: rank(s) " +
-                           detail::rank_list(missing) +
-                           " of WORLD_SIZE=" + std::to_string(env.world_size) +
-                           " never reached the rendezvous at " + where + "; " + launch);
-  });
+  detail::wait_for_keys(
+      *store, keys, deadline,
+      [&](const std::vector<int>& missing) {
+        return CommTimeout("init", missing.front(), options.init_timeout,
+                           "mpp: init on rank " + std::to_string(env.rank) + " timed out after " +
+                               std::to_string(options.init_timeout.count()) + " ms: rank(s) " +
+                               detail::rank_list(missing) +
+                               " of WORLD_SIZE=" + std::to_string(env.world_size) +
+                               " never reached the rendezvous at " + where + "; " + launch);
+      },
+      torchrun_agent_store() ? HostVerdict{} : HostVerdict{"mpp/join/gave_up", 0, env.rank});
   return store;
 }
 
@@ -555,17 +621,21 @@ class ProcessGroup {
     std::vector<std::string> keys;
     for (std::size_t i = 0; i < ranks.size(); ++i)
       keys.push_back(child->prefix + "/members/" + std::to_string(i));
-    detail::wait_for_keys(*s.store, keys, deadline, [&](const std::vector<int>& missing) {
-      std::vector<int> who;
-      for (int i : missing) who.push_back(child->global_ranks[static_cast<std::size_t>(i)]);
-      return CommTimeout("new_group", who.front(), s.options.init_timeout,
-                         "mpp: new_group " + view + " on global rank " +
-                             std::to_string(s.global_rank) + ": global rank(s) " +
-                             detail::rank_list(who) + " did not join within " +
-                             std::to_string(s.options.init_timeout.count()) +
-                             " ms; every rank of the parent group must call new_group with the "
-                             "same ranks, in the same order");
-    });
+    detail::wait_for_keys(
+        *s.store, keys, deadline,
+        [&](const std::vector<int>& missing) {
+          std::vector<int> who;
+          for (int i : missing) who.push_back(child->global_ranks[static_cast<std::size_t>(i)]);
+          return CommTimeout("new_group", who.front(), s.options.init_timeout,
+                             "mpp: new_group " + view + " on global rank " +
+                                 std::to_string(s.global_rank) + ": global rank(s) " +
+                                 detail::rank_list(who) + " did not join within " +
+                                 std::to_string(s.options.init_timeout.count()) +
+                                 " ms; every rank of the parent group must call new_group with the "
+                                 "same ranks, in the same order");
+        },
+        detail::HostVerdict{child->prefix + "/members/gave_up",
+                            detail::index_of(child->global_ranks, child->store_host), child->rank});
     for (std::size_t i = 0; i < keys.size(); ++i) {
       auto bytes = s.store->get(keys[i]);
       std::string other(bytes.begin(), bytes.end());
