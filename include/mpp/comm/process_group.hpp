@@ -197,7 +197,8 @@ struct HostVerdict {
 /// The keys still missing are tracked as they arrive, so the report at the deadline needs no
 /// further store access (the store's host may be gone by then).
 template <class OnTimeout>
-void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
+void wait_for_keys(c10d::Store& store, std::string_view operation,
+                   const std::vector<std::string>& keys,
                    std::chrono::steady_clock::time_point deadline, OnTimeout on_timeout,
                    const HostVerdict& verdict = {}) {
   using Clock = std::chrono::steady_clock;
@@ -229,8 +230,9 @@ void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
     } catch (const std::exception& e) {
       // Near the deadline, the host may simply have given up first and exited: same report.
       if (Clock::now() >= deadline - std::chrono::milliseconds(500)) throw on_timeout(missing);
-      throw CommError("init", 0,
-                      "mpp: lost the rendezvous store (hosted by rank 0) while waiting for " +
+      throw CommError(std::string(operation), 0,
+                      "mpp: " + std::string(operation) +
+                          ": lost the rendezvous store (hosted by rank 0) while waiting for " +
                           std::to_string(missing.size()) + " rank(s): " + error_text(e) +
                           "; look at the log of rank 0, which served it");
     }
@@ -275,7 +277,7 @@ inline void store_barrier(const GroupState& g, std::string_view operation, const
   const HostVerdict verdict{base + "gave_up", host < 0 ? -1 : index_of(members, host),
                             index_of(members, g.rank)};
   wait_for_keys(
-      *g.store, keys, deadline,
+      *g.store, operation, keys, deadline,
       [&](const std::vector<int>& missing) {
         std::vector<int> who;
         for (int i : missing)
@@ -430,7 +432,7 @@ inline c10::intrusive_ptr<c10d::Store> rendezvous(const Environment& env,
   std::vector<std::string> keys;
   for (int r = 0; r < env.world_size; ++r) keys.push_back("mpp/join/" + std::to_string(r));
   detail::wait_for_keys(
-      *store, keys, deadline,
+      *store, "init", keys, deadline,
       [&](const std::vector<int>& missing) {
         return CommTimeout("init", missing.front(), options.init_timeout,
                            "mpp: init on rank " + std::to_string(env.rank) + " timed out after " +
@@ -622,7 +624,7 @@ class ProcessGroup {
     for (std::size_t i = 0; i < ranks.size(); ++i)
       keys.push_back(child->prefix + "/members/" + std::to_string(i));
     detail::wait_for_keys(
-        *s.store, keys, deadline,
+        *s.store, "new_group", keys, deadline,
         [&](const std::vector<int>& missing) {
           std::vector<int> who;
           for (int i : missing) who.push_back(child->global_ranks[static_cast<std::size_t>(i)]);
