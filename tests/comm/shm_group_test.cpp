@@ -337,6 +337,18 @@ std::vector<std::pair<std::int64_t, std::int64_t>> uneven_runs(std::int64_t n, i
   return runs;
 }
 
+/// Runs `call()`, which must refuse its arguments before sending anything, saying `part`.
+template <class Call>
+void expect_refused(const std::string& name, const std::string& part, Call call) {
+  try {
+    call();
+  } catch (const std::invalid_argument& e) {
+    expect(contains(e.what(), part), std::string(e.what()) + " should say: " + part);
+    return;
+  }
+  throw std::runtime_error(name + " accepted bad runs (" + part + ")");
+}
+
 /// Runs `call(x, runs)` with rank 0 swapping the first and last owners: every rank must fail
 /// naming both calls (`kind` #n) and the owned runs. Returns the message.
 template <class Call>
@@ -394,13 +406,7 @@ MPP_TEST_WORKER("shm_all_gather") {
   auto t = at::zeros({10});
   auto refused = [&](std::vector<std::pair<std::int64_t, std::int64_t>> runs, at::Tensor x,
                      const std::string& part) {
-    try {
-      world.all_gather_runs(x, runs);
-    } catch (const std::invalid_argument& e) {
-      expect(contains(e.what(), part), std::string(e.what()) + " should say: " + part);
-      return;
-    }
-    throw std::runtime_error("all_gather_runs accepted bad runs (" + part + ")");
+    expect_refused("all_gather_runs", part, [&] { world.all_gather_runs(x, runs); });
   };
   std::vector<std::pair<std::int64_t, std::int64_t>> gap(static_cast<std::size_t>(W), {10, 0});
   gap[0] = {1, 9};
@@ -458,13 +464,10 @@ MPP_TEST_WORKER("shm_reduce_scatter") {
     }
   }
   auto t = at::zeros({10});
-  try {
-    world.reduce_scatter_runs(t, {{0, 10}});
-    throw std::runtime_error("reduce_scatter_runs accepted one run for " + std::to_string(W) +
-                             " ranks");
-  } catch (const std::invalid_argument& e) {
-    expect(contains(e.what(), "reduce_scatter_runs needs one run per rank of the group"), e.what());
-  }
+  expect_refused("reduce_scatter_runs", "reduce_scatter_runs needs one run per rank of the group",
+                 [&] {
+                   world.reduce_scatter_runs(t, {{0, 10}});
+                 });
   std::printf("rank %d: reduce_scatter_runs agrees with all_reduce; mismatch: %s\n", me,
               disagreeing_runs_error(world, "reduce_scatter", [&](auto& x, auto& runs) {
                 world.reduce_scatter_runs(x, runs);
