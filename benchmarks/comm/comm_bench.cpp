@@ -31,6 +31,12 @@
 //   mpprun --nproc-per-node 2 ./comm_bench [--comm_blocks_scale=0.2] [--comm_trips_out=DIR]
 //                                          [--benchmark_filter=...]
 //
+// `transport/bytes:N` compares the transports themselves, Gloo over loopback and Shm's rings,
+// through mpp::ProcessGroup's blocking send/recv (ping-pong: the echoing rank is already waiting
+// when a message arrives). A block is one round trip over each, in alternating order; per size:
+// the median one-way time and one-way bandwidth of each, and the median of the per-block ratios
+// Gloo/Shm with its 95 % interval (`shm_speedup`), from 4 B to 64 MiB.
+//
 // Both ranks must run the same benchmarks in the same order: a --benchmark_filter applies to
 // both, but --benchmark_enable_random_interleaving would shuffle each rank differently.
 #include <ATen/Parallel.h>
@@ -59,7 +65,8 @@
 
 namespace {
 
-mpp::ProcessGroup* world = nullptr;
+mpp::ProcessGroup* world = nullptr;      // the two ranks over Gloo
+mpp::ProcessGroup* shm_world = nullptr;  // the same ranks over Shm
 double blocks_scale = 1.0;  // --comm_blocks_scale: fewer (or more) blocks
 std::string trips_dir;      // --comm_trips_out: every round trip, one CSV per size
 
@@ -209,6 +216,64 @@ void bm_p2p(benchmark::State& state) {
   }
 }
 
+/// Blocks for the transport comparison: about 4 s per size (estimated with Gloo at 60 us plus
+/// 2 GB/s and Shm at 5 us plus 6 GB/s each way), between 12 and 3000 blocks.
+int transport_blocks_for(std::int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  const double block_s = 2 * (60e-6 + b / 2e9) + 2 * (5e-6 + b / 6e9);
+  const double blocks = std::clamp(4.0 / block_s, 12.0, 3000.0);
+  return std::max(6, static_cast<int>(std::lround(blocks * blocks_scale)));
+}
+
+void group_round_trip(const mpp::ProcessGroup& group, const at::Tensor& buf, bool initiator) {
+  if (initiator) {
+    group.send(buf, 1, 0);
+    group.recv(buf, 1, 1);
+  } else {
+    group.recv(buf, 0, 0);
+    group.send(buf, 0, 1);
+  }
+}
+
+void bm_transport(benchmark::State& state) {
+  const std::int64_t bytes = state.range(0);
+  const auto buf = at::zeros({std::max<std::int64_t>(1, bytes / 4)}, at::kFloat);
+  const bool initiator = world->rank() == 0;
+  const std::array<const mpp::ProcessGroup*, 2> groups{world, shm_world};
+  for (int i = 0; i < 3; ++i)
+    for (const auto* g : groups) group_round_trip(*g, buf, initiator);
+  std::array<std::vector<double>, 2> trips;
+  std::vector<double> ratios;
+  bool gloo_first = true;
+  for (auto _ : state) {
+    std::array<double, 2> t{};
+    for (int k = 0; k < 2; ++k) {
+      const int which = gloo_first ? k : 1 - k;
+      const auto start = std::chrono::steady_clock::now();
+      group_round_trip(*groups[static_cast<std::size_t>(which)], buf, initiator);
+      t[static_cast<std::size_t>(which)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    gloo_first = !gloo_first;
+    trips[0].push_back(t[0]);
+    trips[1].push_back(t[1]);
+    ratios.push_back(t[0] / t[1]);
+    state.SetIterationTime((t[0] + t[1]) / 2);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * bytes);
+  const std::array<const char*, 2> names{"gloo", "shm"};
+  for (std::size_t g = 0; g < 2; ++g) {
+    std::sort(trips[g].begin(), trips[g].end());
+    const double one_way = median_of_sorted(trips[g]) / 2;
+    state.counters[std::string(names[g]) + "_one_way_us"] = one_way * 1e6;
+    state.counters[std::string(names[g]) + "_GBps"] = static_cast<double>(bytes) / one_way / 1e9;
+  }
+  const auto speedup = median_with_interval(std::move(ratios));
+  state.counters["shm_speedup"] = speedup.median;
+  state.counters["shm_speedup_lo"] = speedup.lo;
+  state.counters["shm_speedup_hi"] = speedup.hi;
+}
+
 /// Console output as usual, plus every run kept for the summary.
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
@@ -229,6 +294,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
                 "overhead", "95% interval", "blocks", "within 5%");
     int within = 0, beyond = 0, unresolved = 0, tick_bound_sizes = 0;
     for (const auto& run : runs_) {
+      if (run.run_name.function_name != "p2p") continue;
       auto counter = [&](const std::string& key) { return run.counters.at(key).value; };
       const std::string bytes = run.run_name.args.substr(run.run_name.args.find(':') + 1);
       // A small message normally crosses in tens of us. Taking 250 us or more, many waited
@@ -287,6 +353,8 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);
   mpp::ProcessGroup group = mpp::init_process_group();
   world = &group;
+  mpp::ProcessGroup shm_group = group.new_group<mpp::Shm>();
+  shm_world = &shm_group;
   if (group.size() != 2) {
     if (group.rank() == 0)
       std::fprintf(stderr, "comm_bench needs exactly 2 ranks: mpprun --nproc-per-node 2 %s\n",
@@ -325,6 +393,14 @@ int main(int argc, char** argv) {
         ->ArgNames({"bytes"})
         ->Arg(bytes)
         ->Iterations(blocks_for(bytes))
+        ->Unit(benchmark::kMicrosecond)
+        ->UseManualTime();
+
+  for (std::int64_t bytes = 4; bytes <= (std::int64_t{64} << 20); bytes *= 4)
+    benchmark::RegisterBenchmark("transport", bm_transport)
+        ->ArgNames({"bytes"})
+        ->Arg(bytes)
+        ->Iterations(transport_blocks_for(bytes))
         ->Unit(benchmark::kMicrosecond)
         ->UseManualTime();
 

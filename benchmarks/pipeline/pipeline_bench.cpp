@@ -1,7 +1,8 @@
 // Pipeline throughput: every Schedule x Comm x Partition of the one policy list
-// (tests/support/policies.hpp), instantiated through Boost.Hana, on P = 2 ranks and two
+// (tests/support/policies.hpp), instantiated through Boost.Hana, on P = 2 ranks and three
 // configurations; next to them, the same GPipe step written as a plain loop over raw c10d calls
-// (no library) and the single-process model that "ideal = 2 x M/(M+1) x single" refers to.
+// of each transport (no library) and the single-process model that "ideal = 2 x M/(M+1) x
+// single" refers to.
 // Samples/s are items_per_second; counters give the measured bubble of the last step next to the
 // verifier's prediction (unit costs, and the measured F/B/I/W costs).
 //
@@ -18,10 +19,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <boost/hana/for_each.hpp>
+#include <boost/hana/tuple.hpp>
+#include <boost/hana/type.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../common/paired.hpp"
@@ -42,14 +46,27 @@ struct Config {
   int paired_blocks;  // blocks of four steps for the paired overhead
 };
 
-// The course's model, and the compute-bound one; both 16 layers, M = 8 micro-batches.
+// The course's model, and two compute-bound ones; all 16 layers, M = 8 micro-batches. With 512
+// samples the micro-batches have 64 rows, enough for a GEMM to run near its full speed: there
+// pipelining pays on compute (the matrix runs only Async x Uniform there, a step takes ~0.5 s).
 constexpr Config course{"course_h128_b32", 128, 32, 100, 400};
 constexpr Config compute_bound{"compute_h1024_b128", 1024, 128, 10, 40};
+constexpr Config compute_large{"compute_h1024_b512", 1024, 512, 4, 8};
 constexpr int M = 8;
 constexpr int P = 2;
 constexpr int warmup_steps = 3;
 
-mpp::ProcessGroup* world = nullptr;
+mpp::ProcessGroup* world = nullptr;      // the job over Gloo
+mpp::ProcessGroup* shm_world = nullptr;  // the same ranks over Shm
+
+/// The group a comm backend runs on.
+template <class Backend>
+const mpp::ProcessGroup& group_of() {
+  if constexpr (std::is_same_v<Backend, mpp::Shm>)
+    return *shm_world;
+  else
+    return *world;
+}
 
 mpp::models::MlpConfig model_of(const Config& c) {
   return {.hidden = c.hidden, .layers = mpp::test::partition_layers, .seed = 1};
@@ -66,7 +83,7 @@ template <class Pipe>
 struct LibraryStep {
   explicit LibraryStep(const Config& c)
       : cfg(model_of(c)),
-        pipe(*world, mpp::MlpModel{cfg}),
+        pipe(group_of<typename Pipe::comm_type::backend>(), mpp::MlpModel{cfg}),
         adam(pipe.parameters(), torch::optim::AdamOptions(1e-4)) {
     const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
     x = pipe.is_first() ? batch.inputs : at::Tensor();
@@ -101,16 +118,17 @@ void library(benchmark::State& state, const Config& c) {
   }
 }
 
-/// GPipe over two ranks written by hand on raw c10d calls: what Pipeline<Uniform<2>, GPipe<8>,
-/// Async<Gloo>> does, with nothing general about it (known shapes, no header, no trace).
+/// GPipe over two ranks written by hand on raw c10d calls of `group` (Gloo or Shm): what
+/// Pipeline<Uniform<2>, GPipe<8>, Async<...>> does, with nothing general about it (known shapes,
+/// no header, no trace).
 struct HandWrittenStep {
-  explicit HandWrittenStep(const Config& c)
+  HandWrittenStep(const Config& c, const mpp::ProcessGroup& group)
       : cfg(model_of(c)),
         rank(world->rank()),
         stage(
             mpp::models::make_mlp_layers(cfg, rank * cfg.layers / 2, (rank + 1) * cfg.layers / 2)),
         adam(stage->parameters(), torch::optim::AdamOptions(1e-4)),
-        pg(world->c10d_group()),
+        pg(group.c10d_group()),
         mb(c.batch / M) {
     const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
     xs = batch.inputs.chunk(M);
@@ -171,9 +189,10 @@ struct HandWrittenStep {
   std::vector<at::Tensor> xs, ys;
 };
 
+template <class Backend>
 void hand_written_gpipe(benchmark::State& state, const Config& c) {
   world->barrier();
-  HandWrittenStep step(c);
+  HandWrittenStep step(c, group_of<Backend>());
   for (int i = 0; i < warmup_steps; ++i) step();
   for (auto _ : state) step();
   state.SetItemsProcessed(state.iterations() * c.batch);
@@ -183,11 +202,12 @@ void hand_written_gpipe(benchmark::State& state, const Config& c) {
 /// steps, library and loop twice each in the order ABBA or BAAB (alternating), each timed on
 /// rank 0; the block's ratio is the library's two steps over the loop's two. Reports the median
 /// ratio with a distribution-free 95 % interval (`overhead_pct`, `ci_lo_pct`, `ci_hi_pct`).
+template <class Backend>
 void paired_overhead(benchmark::State& state, const Config& c) {
-  using Pipe = mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, mpp::Async<mpp::Gloo>>;
+  using Pipe = mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, mpp::Async<Backend>>;
   world->barrier();
   LibraryStep<Pipe> library_step(c);
-  HandWrittenStep loop_step(c);
+  HandWrittenStep loop_step(c, group_of<Backend>());
   for (int i = 0; i < warmup_steps; ++i) {
     library_step();
     loop_step();
@@ -295,34 +315,32 @@ void compute_only(benchmark::State& state, const Config& c, bool both_stages) {
   world->barrier();
 }
 
+template <class F>
+void add(const std::string& name, const Config& c, int iterations, F function) {
+  benchmark::RegisterBenchmark(name.c_str(), function, c)
+      ->Iterations(iterations)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+
 void register_all() {
-  for (const Config* c : {&course, &compute_bound}) {
+  for (const Config* c : {&course, &compute_bound, &compute_large}) {
     const std::string suffix = std::string("/") + c->name;
-    benchmark::RegisterBenchmark(("single_process" + suffix).c_str(), single_process, *c)
-        ->Iterations(c->iterations)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("compute_only/micro_batched" + suffix).c_str(), compute_only, *c,
-                                 false)
-        ->Iterations(c->iterations)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("compute_only/both_stages_no_comm" + suffix).c_str(),
-                                 compute_only, *c, true)
-        ->Iterations(c->iterations)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("hand_written/GPipe<8>/raw c10d Gloo/P=2" + suffix).c_str(),
-                                 hand_written_gpipe, *c)
-        ->Iterations(c->iterations)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(
-        ("paired/GPipe<8>/Async<Gloo>/Uniform<2>_over_hand_written" + suffix).c_str(),
-        paired_overhead, *c)
-        ->Iterations(c->paired_blocks)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    const bool large = c == &compute_large;
+    add("single_process" + suffix, *c, c->iterations, single_process);
+    add("compute_only/micro_batched" + suffix, *c, c->iterations,
+        [](benchmark::State& state, const Config& config) { compute_only(state, config, false); });
+    add("compute_only/both_stages_no_comm" + suffix, *c, c->iterations,
+        [](benchmark::State& state, const Config& config) { compute_only(state, config, true); });
+    hana::for_each(hana::tuple_t<mpp::Gloo, mpp::Shm>, [&](auto backend) {
+      using Backend = typename decltype(backend)::type;
+      const std::string transport(Backend::name);
+      add("hand_written/GPipe<8>/raw c10d " + transport + "/P=2" + suffix, *c, c->iterations,
+          hand_written_gpipe<Backend>);
+      if (!large)
+        add("paired/GPipe<8>/Async<" + transport + ">/Uniform<2>_over_hand_written" + suffix, *c,
+            c->paired_blocks, paired_overhead<Backend>);
+    });
     // The matrix: one line per Schedule x Comm x Partition, from the policy list.
     hana::for_each(mpp::test::hana_types<mpp::test::schedules<M>>, [&](auto schedule) {
       using Sched = typename decltype(schedule)::type;
@@ -332,13 +350,12 @@ void register_all() {
                        [&](auto part) {
                          using Part = typename decltype(part)::type;
                          using Pipe = mpp::Pipeline<Part, Sched, Comm>;
-                         const std::string name = mpp::schedule_display_name<Sched>() + "/" +
-                                                  mpp::comm_display_name<Comm>() + "/" +
-                                                  Part::name() + suffix;
-                         benchmark::RegisterBenchmark(name.c_str(), library<Pipe>, *c)
-                             ->Iterations(c->iterations)
-                             ->Unit(benchmark::kMillisecond)
-                             ->UseRealTime();
+                         if (large && (Comm::semantics != mpp::CommSemantics::buffered ||
+                                       !std::is_same_v<Part, mpp::Uniform<P>>))
+                           return;
+                         add(mpp::schedule_display_name<Sched>() + "/" +
+                                 mpp::comm_display_name<Comm>() + "/" + Part::name() + suffix,
+                             *c, c->iterations, library<Pipe>);
                        });
       });
     });
@@ -357,6 +374,8 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);
   auto group = mpp::init_process_group();
   world = &group;
+  auto shm_group = group.new_group<mpp::Shm>();
+  shm_world = &shm_group;
   if (group.size() != P) {
     std::fprintf(stderr,
                  "pipeline_bench runs on %d ranks: mpprun --nproc-per-node %d ./pipeline_bench\n",

@@ -1,9 +1,9 @@
 // The Shm backend between real processes (world sizes 2, 3 and 4): all-reduce through shared
 // memory equals Gloo's for every supported dtype and op, from 1 element to several chunks,
 // contiguous or not; all_gather_runs gives every owner's bits to every rank; async all-reduces
-// complete in order; replicas get the same bits; other dtypes and every other operation go through
-// Gloo; a dead or silent peer is named within the deadline; ranks on different hosts are refused;
-// no segment is left in /dev/shm; DDP over Shm trains the same parameters as DDP over Gloo.
+// complete in order; replicas get the same bits; other dtypes and collectives go through Gloo
+// (p2p and broadcast go through the rings: shm_mailbox_test.cpp); a dead or silent peer is named
+// within the deadline; ranks on different hosts are refused; no segment is left in /dev/shm; DDP over Shm trains the same parameters as DDP over Gloo.
 #include <doctest/doctest.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/loss.h>
@@ -274,7 +274,7 @@ MPP_TEST_WORKER("shm_fallback") {
   auto bits = at::full({9}, 1 << me, at::kInt);
   world.all_reduce(bits, mpp::ReduceOp::bor);
   expect(at::equal(bits, at::full({9}, (1 << W) - 1, at::kInt)), "bor through Gloo");
-  // p2p on a ring, non-blocking both ways
+  // p2p on a ring, non-blocking both ways (through the rings: tests/comm/shm_mailbox_test.cpp)
   const int next = (me + 1) % W, prev = (me + W - 1) % W;
   auto out = values(300, me, 5);
   auto in = at::zeros({300});
@@ -299,7 +299,7 @@ MPP_TEST_WORKER("shm_fallback") {
     expect_close(x, expected(70, W - 1, 8, RedOp::SUM, at::kFloat), "sub-group all-reduce");
   }
   world.barrier();
-  std::printf("rank %d: fallbacks through Gloo work\n", me);
+  std::printf("rank %d: fallbacks through Gloo, p2p, broadcast and sub-groups work\n", me);
   return 0;
 }
 
@@ -649,7 +649,7 @@ TEST_CASE("Shm: outstanding all-reduces complete in submission order - barriers 
   }
 }
 
-TEST_CASE("Shm: other dtypes and ops and p2p and broadcast and sub-groups go through Gloo") {
+TEST_CASE("Shm: other dtypes and ops go through Gloo; p2p, broadcast and sub-groups work on a Shm group") {
   auto world = mpp::test::run_world(3, "shm_fallback", bounded(120));
   CHECK_MESSAGE(world.ok(), world.report());
   check_no_segment_left(world);

@@ -118,7 +118,7 @@ std::string worker_name() {
 template <class Sched, class Comm, int P>
 int equivalence_worker(int, char**) {
   torch::set_num_threads(1);
-  auto world = mpp::init_process_group();
+  auto world = mpp::init_process_group<typename Comm::backend>();
   std::string problems;
   int cases = 0;
   for_each_type<stage_policies<P, Sched::chunks_per_rank>>([&]<class Stages>() {

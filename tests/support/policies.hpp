@@ -20,8 +20,8 @@ namespace mpp::test {
 template <int M>
 using schedules = std::tuple<Naive, GPipe<M>, OneFOneB<M>, Interleaved1F1B<M, 2>, ZeroBubbleH1<M>>;
 
-/// Every comm policy this build can run.
-using comm_policies = std::tuple<Blocking<Gloo>, Async<Gloo>>;
+/// Every comm policy this build can run (Shm: ranks of one host, as the tests and benchmarks run).
+using comm_policies = std::tuple<Blocking<Gloo>, Async<Gloo>, Blocking<Shm>, Async<Shm>>;
 
 namespace detail {
 // Uneven explicit cuts of the 16-layer course model into P x V pieces, so that Explicit is not

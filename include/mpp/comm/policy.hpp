@@ -18,14 +18,21 @@ struct Gloo {
 struct Nccl {
   static constexpr std::string_view name = "Nccl";
 };
-/// Ranks of one host: all-reduce through a shared-memory segment, every other operation through
-/// Gloo (mpp/comm/shm_group.hpp). Refused at creation when the ranks are on several hosts.
+/// Ranks of one host: send/recv, broadcast, all-reduce, all_gather_runs and reduce_scatter_runs
+/// through a shared-memory segment, the other collectives through Gloo (mpp/comm/shm_group.hpp).
+/// Refused at creation when the ranks are on several hosts.
 struct Shm {
   static constexpr std::string_view name = "Shm";
   /// Bytes of a tensor copied and reduced per step; the segment holds buffers x ranks of them.
   static constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
   /// Chunks a rank may copy in ahead of the slowest peer.
   static constexpr std::size_t buffers = 4;
+  /// Bytes of the ring each rank writes its messages to each other rank into. A send returns
+  /// once its message is in the ring, received or not; only what does not fit waits for the
+  /// receiver. The segment holds ranks x (ranks - 1) rings.
+  static constexpr std::size_t ring_bytes = std::size_t{2} << 20;
+  /// Microseconds a rank waiting for a message spins before it sleeps (MPP_SHM_SPIN_US).
+  static constexpr long spin_us = 200;
 };
 
 template <class B>
@@ -33,7 +40,11 @@ concept comm_backend = requires {
   { B::name } -> std::convertible_to<std::string_view>;
 };
 
-/// Blocking point-to-point: every send/recv completes before the next action runs.
+/// Blocking point-to-point: every send/recv completes before the next action runs. Its schedules
+/// are lowered and proven under rendezvous semantics (a send waits for its receiver), what Gloo
+/// does. A Shm send returns sooner (once its message is in the ring) or, for a message larger than
+/// the ring, at the latest when the receiver takes it: never later than under rendezvous, so a
+/// schedule proven deadlock-free for rendezvous stays so over Shm.
 template <comm_backend Backend>
 struct Blocking {
   using backend = Backend;

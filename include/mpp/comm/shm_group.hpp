@@ -1,9 +1,12 @@
 #pragma once
-// The Shm backend: ranks of one host all-reduce through a shared-memory segment instead of TCP
-// over loopback, where every byte crosses the kernel twice each way and Gloo's threads compete
-// with compute for the cores. Every other operation (p2p, broadcast, barrier, gathers, and
-// all-reduces of other dtypes or of bitwise ops) goes to an inner Gloo group, built exactly as
-// the Gloo backend builds it.
+// The Shm backend: ranks of one host exchange tensors through a shared-memory segment instead of
+// TCP over loopback, where every byte crosses the kernel twice each way, a message waits tens of
+// microseconds for Gloo's threads to wake, and those threads compete with compute for the cores.
+// send/recv and broadcast go through one ring per ordered pair of ranks (shm_mailbox.hpp:
+// a few microseconds from send to a waiting receiver); all-reduce, all_gather_runs and
+// reduce_scatter_runs through the chunk buffers described below. Every other operation
+// (barrier, gathers, scatters, and all-reduces of other dtypes or of bitwise ops) goes to an
+// inner Gloo group, built exactly as the Gloo backend builds it.
 //
 // all_gather_runs() goes through the segment as well: every rank owns one run of a flat tensor
 // (ZeRO's parameter shards) and every rank ends with every owner's run, each byte copied once in
@@ -28,8 +31,9 @@
 // deadline; a peer whose process is gone is noticed within ~0.1 s and named.
 //
 // The segment (/dev/shm/mpp-shm-<pid>-<random>) is created by rank 0 and unlinked as soon as every
-// rank has mapped it, so nothing is left behind however the job ends afterwards.
+// rank has mapped it, so nothing is left behind however the job ends afterwards (shm_segment.hpp).
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/util/BFloat16.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -74,37 +78,14 @@
 #include "mpp/comm/backend.hpp"
 #include "mpp/comm/error.hpp"
 #include "mpp/comm/policy.hpp"
+#include "mpp/comm/shm_mailbox.hpp"
+#include "mpp/comm/shm_segment.hpp"
 
 namespace mpp {
 
 namespace detail::shm {
 
-using Clock = std::chrono::steady_clock;
 using RedOp = c10d::ReduceOp::RedOpType;
-
-static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
-                  sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t),
-              "mpp: the Shm backend waits on its counters with futexes: it needs lock-free "
-              "32-bit atomics");
-
-constexpr std::uint64_t segment_magic = 0x316d68732d70706dULL;  // "mpp-shm1"
-
-constexpr std::size_t max_buffers = 16;
-
-/// One counter per cache line, so ranks publishing progress do not invalidate each other's.
-struct alignas(64) Counter {
-  std::atomic<std::uint32_t> value;
-};
-
-/// What a rank put into a chunk; compared across ranks to catch collectives called differently.
-struct ChunkTag {
-  std::uint64_t op;  // number of the collective on this group (1, 2, ...)
-  std::int64_t numel;
-  std::int32_t dtype;
-  std::int32_t reduce;  // the reduce op; -1 for an all-gather
-  std::uint64_t runs;   // all-gather, reduce-scatter: a hash of who owns which run (else 0)
-  std::int32_t kind;    // Kind
-};
 
 /// What the worker runs.
 enum class Kind { all_reduce, all_gather, reduce_scatter };
@@ -118,74 +99,6 @@ inline const char* kind_name(Kind kind) {
     default:
       return "all_reduce";
   }
-}
-
-struct alignas(64) RankBlock {
-  Counter arrived;            // chunks this rank has copied in
-  Counter consumed;           // chunks this rank has finished reading
-  ChunkTag tag[max_buffers];  // per buffer; written before `arrived` is released
-  std::int32_t pid;
-};
-
-struct alignas(64) Header {
-  std::uint64_t magic;
-  std::uint64_t chunk_bytes;
-  std::uint64_t buffers;
-  std::uint32_t world;
-};
-
-struct Layout {
-  std::size_t chunk_bytes = 0;
-  std::size_t buffers = 0;
-  int world = 0;
-  std::size_t blocks = 0;  // offset of the rank blocks
-  std::size_t data = 0;    // offset of the buffers
-  std::size_t total = 0;
-  Layout() = default;
-  Layout(std::size_t chunk, std::size_t depth, int ranks)
-      : chunk_bytes(chunk), buffers(depth), world(ranks) {
-    blocks = sizeof(Header);
-    data = (blocks + sizeof(RankBlock) * static_cast<std::size_t>(ranks) + 4095) / 4096 * 4096;
-    total = data + depth * static_cast<std::size_t>(ranks) * chunk;
-  }
-};
-
-/// Counters wrap around at 2^32 chunks; compare them as distances.
-inline bool reached(std::uint32_t value, std::uint32_t target) {
-  return static_cast<std::int32_t>(value - target) >= 0;
-}
-
-inline void futex_wake_all(std::atomic<std::uint32_t>& word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
-}
-
-/// Sleeps while `word` still holds `seen`, at most `limit` (spurious returns are fine).
-inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen,
-                       std::chrono::microseconds limit) {
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(limit.count() / 1'000'000);
-  ts.tv_nsec = static_cast<long>(limit.count() % 1'000'000) * 1000;
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
-inline std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s + "]";
-}
-
-inline std::string duration_text(std::chrono::milliseconds d) {
-  if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + " s";
-  return std::to_string(d.count()) + " ms";
 }
 
 inline std::string op_text(RedOp op) {
@@ -229,259 +142,6 @@ inline std::uint64_t runs_hash(const std::vector<std::pair<std::int64_t, std::in
     mix(numel);
   }
   return h;
-}
-
-/// A process that no longer runs (or is a zombie waiting to be reaped).
-inline bool process_gone(std::int32_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat, text);
-  const auto close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) return false;
-  return text[close + 2] == 'Z' || text[close + 2] == 'X';
-}
-
-/// Which host this process runs on: the host name and the kernel's boot id (two machines can
-/// share a name). MPP_SHM_HOST_ID overrides it, for containers of one host that share /dev/shm
-/// but not their host names.
-inline std::string host_identity() {
-  if (const char* id = std::getenv("MPP_SHM_HOST_ID"); id != nullptr && *id) return id;
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  std::getline(boot, boot_id);
-  return std::string(name) + " (boot " + boot_id + ")";
-}
-
-inline std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
-
-inline std::string text_of(const std::vector<uint8_t>& bytes) {
-  return {bytes.begin(), bytes.end()};
-}
-
-/// Waits until `<base><r>` exists for every rank r; past the deadline throws naming the missing.
-inline void wait_for_ranks(c10d::Store& store, const std::string& base, int size,
-                           Clock::time_point deadline, std::chrono::milliseconds timeout,
-                           const std::string& what) {
-  std::vector<int> missing;
-  for (int r = 0; r < size; ++r) missing.push_back(r);
-  auto pause = std::chrono::milliseconds(1);
-  for (;;) {
-    std::vector<int> still;
-    for (int r : missing)
-      if (!store.check({base + std::to_string(r)})) still.push_back(r);
-    missing = std::move(still);
-    if (missing.empty()) return;
-    if (Clock::now() >= deadline)
-      throw CommTimeout("init", missing.front(), timeout,
-                        "mpp: creating the Shm group timed out: rank(s) " + rank_list(missing) +
-                            " did not " + what + " within " + duration_text(timeout) +
-                            "; they exited, crashed or are stuck during start-up (look at their "
-                            "logs)");
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
-  }
-}
-
-/// Refuses a group whose ranks are not all on this host: they could not share the segment.
-inline void check_one_host(c10d::Store& store, int rank, int size,
-                           std::chrono::milliseconds timeout) {
-  const std::string mine = host_identity();
-  store.set("shm/host/" + std::to_string(rank), bytes_of(mine));
-  wait_for_ranks(store, "shm/host/", size, Clock::now() + timeout, timeout, "report their host");
-  std::vector<std::string> hosts;
-  for (int q = 0; q < size; ++q)
-    hosts.push_back(text_of(store.get("shm/host/" + std::to_string(q))));
-  for (int q = 0; q < size; ++q) {
-    if (hosts[static_cast<std::size_t>(q)] == mine) continue;
-    // Every rank fails alike; the one serving the store must not leave (and close it) before
-    // the others have read the hosts, so all say who is where before throwing.
-    try {
-      store.set("shm/host-seen/" + std::to_string(rank), bytes_of("1"));
-      wait_for_ranks(
-          store, "shm/host-seen/", size,
-          Clock::now() + std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)),
-          timeout, "compare hosts");
-    } catch (const std::exception&) {
-      // a peer already left: what this rank reports is known
-    }
-    throw CommError("init", q,
-                    "mpp: the Shm backend needs every rank of the group on one host, but rank " +
-                        std::to_string(q) + " runs on '" + hosts[static_cast<std::size_t>(q)] +
-                        "' and rank " + std::to_string(rank) + " on '" + mine +
-                        "'; use Gloo across hosts (init_process_group<Gloo>(), "
-                        "DDP<Async<Gloo>>), or Shm only for a sub-group of ranks that share a "
-                        "host");
-  }
-}
-
-/// A mapped shared-memory segment; unlinks its name at the latest when destroyed.
-class Segment {
- public:
-  Segment(std::string name, void* base, std::size_t size)
-      : name_(std::move(name)), base_(static_cast<char*>(base)), size_(size) {}
-  Segment(const Segment&) = delete;
-  Segment& operator=(const Segment&) = delete;
-  ~Segment() {
-    unlink();
-    if (base_ != nullptr) ::munmap(base_, size_);
-  }
-
-  /// Removes the name (the mapping stays valid); idempotent, and a peer may have done it first.
-  void unlink() {
-    if (unlinked_) return;
-    unlinked_ = true;
-    ::shm_unlink(name_.c_str());
-  }
-
-  char* base() const { return base_; }
-  std::size_t size() const { return size_; }
-  const std::string& name() const { return name_; }
-
- private:
-  std::string name_;
-  char* base_;
-  std::size_t size_;
-  bool unlinked_ = false;
-};
-
-inline std::string errno_text(int error) { return std::strerror(error); }
-
-inline std::unique_ptr<Segment> map_fd(int fd, const std::string& name, std::size_t size) {
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int error = errno;
-  ::close(fd);
-  if (base == MAP_FAILED) {
-    ::shm_unlink(name.c_str());
-    throw CommError("init", -1,
-                    "mpp: cannot map the shared-memory segment " + name + " (" +
-                        std::to_string(size >> 20) + " MiB): " + errno_text(error) +
-                        "; use Gloo, or lower Shm::chunk_bytes");
-  }
-  return std::make_unique<Segment>(name, base, size);
-}
-
-/// Rank 0 creates the segment and publishes its name; every rank maps it and says so; the name
-/// is unlinked once all have, so a crash later leaves nothing in /dev/shm.
-inline std::unique_ptr<Segment> open_segment(c10d::Store& store, int rank, int size,
-                                             const Layout& layout,
-                                             std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  std::unique_ptr<Segment> segment;
-  if (rank == 0) {
-    std::random_device random;
-    char suffix[32];
-    std::snprintf(suffix, sizeof(suffix), "%08x%08x", random(), random());
-    const std::string name = "/mpp-shm-" + std::to_string(::getpid()) + "-" + std::string(suffix);
-    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0)
-      throw CommError("init", -1,
-                      "mpp: cannot create the shared-memory segment /dev/shm" + name + ": " +
-                          errno_text(errno) +
-                          "; check that /dev/shm is mounted and writable, or "
-                          "use Gloo");
-    // Reserve the pages now: on a full /dev/shm a later first touch would be a SIGBUS.
-    if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(layout.total)); error != 0) {
-      ::close(fd);
-      ::shm_unlink(name.c_str());
-      throw CommError("init", -1,
-                      "mpp: cannot reserve " + std::to_string(layout.total >> 20) +
-                          " MiB in /dev/shm for the Shm backend: " + errno_text(error) +
-                          "; enlarge /dev/shm (e.g. docker --shm-size), lower Shm::chunk_bytes "
-                          "or use Gloo");
-    }
-    segment = map_fd(fd, name, layout.total);
-    auto* header = reinterpret_cast<Header*>(segment->base());
-    header->magic = segment_magic;
-    header->chunk_bytes = layout.chunk_bytes;
-    header->buffers = layout.buffers;
-    header->world = static_cast<std::uint32_t>(size);
-    store.set("shm/name", bytes_of(name));
-  } else {
-    auto pause = std::chrono::milliseconds(1);
-    while (!store.check({"shm/name"})) {
-      if (Clock::now() >= deadline)
-        throw CommTimeout("init", 0, timeout,
-                          "mpp: creating the Shm group timed out: rank 0 did not publish the "
-                          "shared-memory segment within " +
-                              duration_text(timeout) + "; it exited, crashed or is stuck");
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
-    }
-    const std::string name = text_of(store.get("shm/name"));
-    const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0)
-      throw CommError("init", 0,
-                      "mpp: rank " + std::to_string(rank) +
-                          " cannot open the shared-memory segment /dev/shm" + name +
-                          " created by rank 0: " + errno_text(errno) +
-                          "; the ranks do not share /dev/shm (separate containers?): use Gloo");
-    struct stat info {};
-    if (::fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != layout.total) {
-      ::close(fd);
-      throw CommError("init", 0,
-                      "mpp: the shared-memory segment " + name + " has " +
-                          std::to_string(info.st_size) + " bytes, this rank expects " +
-                          std::to_string(layout.total) +
-                          "; every rank must be built with the same Shm::chunk_bytes");
-    }
-    segment = map_fd(fd, name, layout.total);
-    const auto* header = reinterpret_cast<const Header*>(segment->base());
-    if (header->magic != segment_magic || header->chunk_bytes != layout.chunk_bytes ||
-        header->buffers != layout.buffers || header->world != static_cast<std::uint32_t>(size))
-      throw CommError("init", 0,
-                      "mpp: the shared-memory segment " + name +
-                          " was laid out for another group (chunk or world size differ); every "
-                          "rank must run the same build");
-  }
-  auto* block = reinterpret_cast<RankBlock*>(segment->base() + layout.blocks) + rank;
-  block->pid = static_cast<std::int32_t>(::getpid());
-  store.set("shm/mapped/" + std::to_string(rank), bytes_of("1"));
-  wait_for_ranks(store, "shm/mapped/", size, deadline, timeout, "map the shared-memory segment");
-  segment->unlink();
-  return segment;
-}
-
-/// Copies `n` bytes into this rank's slot with non-temporal stores, which write whole cache lines
-/// to memory without first reading them in. The peers read the slot from another core, so a
-/// plain memcpy's stores must first take every line back from the core that read it last: on the
-/// 2-core EPYC VMs the docs were measured on that made a 64 MiB all-reduce take 9.5 ms in some
-/// runs and 33 ms in others (the memcpy then took five times the reduction); streaming stores
-/// took 12 ms in every run. The fence orders them before the release that publishes the chunk.
-inline void copy_to_slot(char* dst, const char* src, std::size_t n) {
-#if defined(__x86_64__)
-  std::size_t i = 0;
-  const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
-  if (n >= head + 64) {
-    std::memcpy(dst, src, head);
-    for (i = head; i + 64 <= n; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-    }
-  }
-  std::memcpy(dst + i, src + i, n - i);
-  _mm_sfence();
-#else
-  std::memcpy(dst, src, n);
-#endif
-}
-
-/// Copies elements [from, to) of `bytes` into `slot`, which holds the chunk starting at element
-/// `lo`; nothing when the range is empty.
-inline void copy_range_to_slot(char* slot, const char* bytes, std::int64_t lo, std::int64_t from,
-                               std::int64_t to, std::size_t element) {
-  if (from < to)
-    copy_to_slot(slot + static_cast<std::size_t>(from - lo) * element,
-                 bytes + static_cast<std::size_t>(from) * element,
-                 static_cast<std::size_t>(to - from) * element);
 }
 
 /// A flat tensor of `numel` elements seen chunk by chunk, with every rank's run ({offset, numel}
@@ -679,28 +339,75 @@ class ShmWork : public c10d::Work {
                                                              // reduce-scatter)
 };
 
-/// A c10d process group for ranks of one host: all-reduce of CPU float32/float64/bfloat16 with
-/// sum, avg, product, min or max, and all_gather_runs, through shared memory; everything else
-/// through `inner` (Gloo).
+/// The Work of Shm sends and receives (a broadcast is several): waiting makes progress on the
+/// group's rings (shm_mailbox.hpp). A receive into a non-contiguous tensor lands in a contiguous
+/// one and is copied over when the wait returns.
+class ShmMailWork : public c10d::Work {
+ public:
+  ShmMailWork(int rank, c10d::OpType type, std::shared_ptr<detail::shm::Mailbox> mailbox,
+              std::vector<std::shared_ptr<detail::shm::MailOp>> ops,
+              std::chrono::milliseconds default_timeout, at::Tensor target = {})
+      : c10d::Work(rank, type),
+        mailbox_(std::move(mailbox)),
+        ops_(std::move(ops)),
+        default_timeout_(default_timeout),
+        target_(std::move(target)) {}
+
+  bool isCompleted() override { return done_ || mailbox_->test(ops_); }
+
+  /// Without a timeout (c10d's kNoTimeout), the group's deadline applies.
+  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
+    if (done_) return true;
+    mailbox_->wait(ops_, timeout == ::kNoTimeout ? default_timeout_ : timeout);
+    done_ = true;
+    if (target_.defined()) target_.copy_(ops_.front()->tensor);
+    target_ = at::Tensor();
+    return true;
+  }
+
+ private:
+  std::shared_ptr<detail::shm::Mailbox> mailbox_;
+  std::vector<std::shared_ptr<detail::shm::MailOp>> ops_;
+  std::chrono::milliseconds default_timeout_;
+  at::Tensor target_;
+  bool done_ = false;
+};
+
+/// How a ShmProcessGroup is laid out and waits; every rank of a group passes the same.
+struct ShmOptions {
+  std::size_t chunk_bytes = Shm::chunk_bytes;
+  std::size_t buffers = Shm::buffers;
+  std::size_t ring_bytes = Shm::ring_bytes;
+  std::chrono::microseconds spin{Shm::spin_us};
+};
+
+/// A c10d process group for ranks of one host: send, recv and broadcast of any CPU tensor,
+/// all-reduce of CPU float32/float64/bfloat16 with sum, avg, product, min or max,
+/// all_gather_runs and reduce_scatter_runs, through shared memory; everything else through
+/// `inner` (Gloo).
 class ShmProcessGroup : public c10d::ProcessGroup {
  public:
-  /// A collective: every rank of the group constructs it with the same store and chunk size.
+  /// A collective: every rank of the group constructs it with the same store and options.
   ShmProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                  c10::intrusive_ptr<c10d::ProcessGroup> inner, std::size_t chunk_bytes,
-                  std::size_t buffers, std::chrono::milliseconds timeout)
+                  c10::intrusive_ptr<c10d::ProcessGroup> inner, ShmOptions options,
+                  std::chrono::milliseconds timeout)
       : c10d::ProcessGroup(rank, size),
         inner_(std::move(inner)),
-        layout_(chunk_bytes, buffers, size),
+        layout_(options.chunk_bytes, options.buffers, options.ring_bytes, size),
         timeout_(timeout),
         progress_(std::make_shared<detail::shm::Progress>()) {
-    if (buffers < 2 || buffers > detail::shm::max_buffers)
+    if (options.buffers < 2 || options.buffers > detail::shm::max_buffers)
       throw std::invalid_argument("mpp: Shm::buffers must be between 2 and " +
                                   std::to_string(detail::shm::max_buffers) + " (got " +
-                                  std::to_string(buffers) + ")");
-    if (chunk_bytes < 4096 || chunk_bytes % 64 != 0)
+                                  std::to_string(options.buffers) + ")");
+    if (options.chunk_bytes < 4096 || options.chunk_bytes % 64 != 0)
       throw std::invalid_argument(
           "mpp: Shm::chunk_bytes must be a multiple of 64 and at least 4096 (got " +
-          std::to_string(chunk_bytes) + ")");
+          std::to_string(options.chunk_bytes) + ")");
+    if (options.ring_bytes < 4096 || options.ring_bytes % 64 != 0)
+      throw std::invalid_argument(
+          "mpp: Shm::ring_bytes must be a multiple of 64 and at least 4096 (got " +
+          std::to_string(options.ring_bytes) + ")");
     if (size > 1) {
       segment_ = detail::shm::open_segment(*store, rank, size, layout_, timeout);
       for (int q = 0; q < size; ++q) {
@@ -708,6 +415,8 @@ class ShmProcessGroup : public c10d::ProcessGroup {
         // A peer in another pid namespace cannot be watched; it is still bounded by the deadline.
         watchable_.push_back(pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM));
       }
+      mailbox_ = std::make_shared<detail::shm::Mailbox>(
+          segment_, layout_, rank, size, watchable_, detail::shm::spin_from_env(options.spin));
       worker_ = std::thread([this] { run(); });
     }
     init();
@@ -834,11 +543,6 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   }
 
   // ---- everything else is Gloo's -------------------------------------------------------------
-  c10::intrusive_ptr<c10d::Work> broadcast(
-      std::vector<at::Tensor>& tensors,
-      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override {
-    return inner_->broadcast(tensors, opts);
-  }
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override {
@@ -900,19 +604,72 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   }
   void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
+
+  // ---- point to point and broadcast through the rings ------------------------------------------
+  /// Completes once the tensor's bytes are in the ring to `dst` (at once when they fit); the
+  /// tensor is read in place until then. Matched by `dst`'s recv(src = this rank, tag), in order.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
-    return inner_->send(tensors, dst, tag);
+    const at::Tensor& t = single_cpu_tensor(tensors, "send");
+    if (!mailbox_) return inner_->send(tensors, dst, tag);  // a group of one: refused by Gloo
+    const at::Tensor wire = t.is_contiguous() ? t : t.contiguous();
+    return mail_work(c10d::OpType::SEND,
+                     {mailbox_->post_send(wire, dst, detail::shm::MessageKind::p2p, tag)});
   }
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
-    return inner_->recv(tensors, src, tag);
+    const at::Tensor& t = single_cpu_tensor(tensors, "recv");
+    if (!mailbox_) return inner_->recv(tensors, src, tag);
+    const bool in_place = t.is_contiguous();
+    const at::Tensor wire = in_place ? t : at::empty_like(t, at::MemoryFormat::Contiguous);
+    return mail_work(c10d::OpType::RECV,
+                     {mailbox_->post_recv(wire, src, detail::shm::MessageKind::p2p, tag)},
+                     in_place ? at::Tensor() : t);
   }
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
-    return inner_->recvAnysource(tensors, tag);
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
+    throw std::invalid_argument(
+        "mpp: a receive from any source is not supported over Shm; name the sender (recv(tensor, "
+        "src, tag))");
+  }
+  /// The root sends its tensor to every other rank through the rings.
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override {
+    if (!mailbox_ || tensors.size() != 1 || !tensors.front().device().is_cpu() ||
+        tensors.front().is_sparse())
+      return inner_->broadcast(tensors, opts);
+    const at::Tensor& t = tensors.front();
+    const int tag = static_cast<int>(++broadcasts_ & 0x7fffffffU);
+    const auto kind = detail::shm::MessageKind::broadcast;
+    const bool in_place = t.is_contiguous();
+    const at::Tensor wire = in_place ? t : t.contiguous();
+    std::vector<std::shared_ptr<detail::shm::MailOp>> ops;
+    if (opts.rootRank == rank_) {
+      for (int q = 0; q < size_; ++q)
+        if (q != rank_) ops.push_back(mailbox_->post_send(wire, q, kind, tag));
+      return mail_work(c10d::OpType::BROADCAST, std::move(ops));
+    }
+    ops.push_back(mailbox_->post_recv(wire, opts.rootRank, kind, tag));
+    return mail_work(c10d::OpType::BROADCAST, std::move(ops), in_place ? at::Tensor() : t);
   }
 
  private:
   using RankBlock = detail::shm::RankBlock;
   using Counter = detail::shm::Counter;
+
+  static const at::Tensor& single_cpu_tensor(const std::vector<at::Tensor>& tensors,
+                                             const char* op) {
+    if (tensors.size() != 1 || !tensors.front().defined() || !tensors.front().device().is_cpu() ||
+        tensors.front().is_sparse())
+      throw std::invalid_argument(std::string("mpp: ") + op +
+                                  " over Shm takes one dense CPU tensor");
+    return tensors.front();
+  }
+
+  c10::intrusive_ptr<c10d::Work> mail_work(c10d::OpType type,
+                                           std::vector<std::shared_ptr<detail::shm::MailOp>> ops,
+                                           at::Tensor target = {}) {
+    return c10::make_intrusive<ShmMailWork>(rank_, type, mailbox_, std::move(ops), timeout_,
+                                            std::move(target));
+  }
 
   RankBlock& block(int q) const {
     return reinterpret_cast<RankBlock*>(segment_->base() + layout_.blocks)[q];
@@ -1227,7 +984,9 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::ProcessGroup> inner_;
   detail::shm::Layout layout_;
   std::chrono::milliseconds timeout_;
-  std::unique_ptr<detail::shm::Segment> segment_;
+  std::shared_ptr<detail::shm::Segment> segment_;
+  std::shared_ptr<detail::shm::Mailbox> mailbox_;  // send, recv, broadcast
+  std::uint32_t broadcasts_ = 0;                   // broadcasts posted on this group
   std::vector<bool> watchable_;  // peers whose process this rank can see
   std::shared_ptr<detail::shm::Progress> progress_;
 
@@ -1262,7 +1021,7 @@ struct backend_traits<Shm> {
     if (size > 1) detail::shm::check_one_host(*store, rank, size, timeout);
     auto inner = backend_traits<Gloo>::make(store, rank, size, device, timeout);
     return c10::make_intrusive<ShmProcessGroup>(store, rank, size, std::move(inner),
-                                                Shm::chunk_bytes, Shm::buffers, timeout);
+                                                ShmOptions{}, timeout);
   }
 };
 
