@@ -26,16 +26,17 @@
 // holds /dev/cpu_dma_latency at 0 (idle CPUs poll instead of halting; what cyclictest does) when
 // it may open it; --comm_keep_cpus_awake=0 turns that off. The binary says which it did. CPUs
 // busy with other processes delay wake-ups to a tick as well: the summary then gives no verdict
-// for the sizes it finds tick-bound. Measure on an otherwise quiet machine.
+// for the sizes it finds tick-bound. Measure on an otherwise quiet machine. The transport family
+// releases the hold (see bm_transport).
 //
 //   mpprun --nproc-per-node 2 ./comm_bench [--comm_blocks_scale=0.2] [--comm_trips_out=DIR]
 //                                          [--benchmark_filter=...]
 //
 // `transport/bytes:N` compares the transports themselves, Gloo over loopback and Shm's rings,
 // through mpp::ProcessGroup's blocking send/recv (ping-pong: the echoing rank is already waiting
-// when a message arrives). A block is one round trip over each, in alternating order; per size:
-// the median one-way time and one-way bandwidth of each, and the median of the per-block ratios
-// Gloo/Shm with its 95 % interval (`shm_speedup`), from 4 B to 64 MiB.
+// when a message arrives). A block is a run of 16 round trips over each, in alternating order;
+// per size: the median one-way time and one-way bandwidth of each, and the median of the
+// per-block ratios Gloo/Shm with its 95 % interval (`shm_speedup`), from 4 B to 64 MiB.
 //
 // Both ranks must run the same benchmarks in the same order: a --benchmark_filter applies to
 // both, but --benchmark_enable_random_interleaving would shuffle each rank differently.
@@ -67,6 +68,7 @@ namespace {
 
 mpp::ProcessGroup* world = nullptr;      // the two ranks over Gloo
 mpp::ProcessGroup* shm_world = nullptr;  // the same ranks over Shm
+std::optional<mpp::launch::CpuLatencyLimit> awake;  // held for the p2p family only
 double blocks_scale = 1.0;  // --comm_blocks_scale: fewer (or more) blocks
 std::string trips_dir;      // --comm_trips_out: every round trip, one CSV per size
 
@@ -216,13 +218,18 @@ void bm_p2p(benchmark::State& state) {
   }
 }
 
+/// Round trips per transport in one block of the transport comparison: a run of them, so that
+/// what one transport leaves running after its last message (Gloo's threads) only touches the
+/// first trip of the other's run, which the medians ignore.
+constexpr int trips_per_run = 16;
+
 /// Blocks for the transport comparison: about 4 s per size (estimated with Gloo at 60 us plus
-/// 2 GB/s and Shm at 5 us plus 6 GB/s each way), between 12 and 3000 blocks.
+/// 2 GB/s and Shm at 5 us plus 6 GB/s each way), between 2 and 200 blocks.
 int transport_blocks_for(std::int64_t bytes) {
   const double b = static_cast<double>(bytes);
-  const double block_s = 2 * (60e-6 + b / 2e9) + 2 * (5e-6 + b / 6e9);
-  const double blocks = std::clamp(4.0 / block_s, 12.0, 3000.0);
-  return std::max(6, static_cast<int>(std::lround(blocks * blocks_scale)));
+  const double block_s = trips_per_run * (2 * (60e-6 + b / 2e9) + 2 * (5e-6 + b / 6e9));
+  const double blocks = std::clamp(4.0 / block_s, 2.0, 200.0);
+  return std::max(2, static_cast<int>(std::lround(blocks * blocks_scale)));
 }
 
 void group_round_trip(const mpp::ProcessGroup& group, const at::Tensor& buf, bool initiator) {
@@ -235,7 +242,14 @@ void group_round_trip(const mpp::ProcessGroup& group, const at::Tensor& buf, boo
   }
 }
 
+/// One block: a run of round trips over each transport, Gloo's run first in every other block.
+/// Per size: each transport's median round trip (over every trip) as one-way time and
+/// bandwidth, and the median over blocks of (Gloo's median trip / Shm's) with its interval.
 void bm_transport(benchmark::State& state) {
+  // Not with idle CPUs polling: on the VMs measured here that made a receiver spinning on shared
+  // memory take 27 us per message instead of 1.2 (both ranks busy, nothing left idle to poll),
+  // and Gloo's 42 instead of 36.
+  awake.reset();
   const std::int64_t bytes = state.range(0);
   const auto buf = at::zeros({std::max<std::int64_t>(1, bytes / 4)}, at::kFloat);
   const bool initiator = world->rank() == 0;
@@ -246,21 +260,26 @@ void bm_transport(benchmark::State& state) {
   std::vector<double> ratios;
   bool gloo_first = true;
   for (auto _ : state) {
-    std::array<double, 2> t{};
+    std::array<std::vector<double>, 2> run;
+    double block_time = 0;
     for (int k = 0; k < 2; ++k) {
-      const int which = gloo_first ? k : 1 - k;
-      const auto start = std::chrono::steady_clock::now();
-      group_round_trip(*groups[static_cast<std::size_t>(which)], buf, initiator);
-      t[static_cast<std::size_t>(which)] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const std::size_t which = gloo_first ? static_cast<std::size_t>(k) : 1 - k;
+      for (int i = 0; i < trips_per_run; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        group_round_trip(*groups[which], buf, initiator);
+        const double t =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        run[which].push_back(t);
+        trips[which].push_back(t);
+        block_time += t;
+      }
     }
     gloo_first = !gloo_first;
-    trips[0].push_back(t[0]);
-    trips[1].push_back(t[1]);
-    ratios.push_back(t[0] / t[1]);
-    state.SetIterationTime((t[0] + t[1]) / 2);
+    for (auto& r : run) std::sort(r.begin(), r.end());
+    ratios.push_back(median_of_sorted(run[0]) / median_of_sorted(run[1]));
+    state.SetIterationTime(block_time / (2 * trips_per_run));
   }
-  state.SetBytesProcessed(state.iterations() * 2 * bytes);
+  state.SetBytesProcessed(state.iterations() * 2 * trips_per_run * bytes);
   const std::array<const char*, 2> names{"gloo", "shm"};
   for (std::size_t g = 0; g < 2; ++g) {
     std::sort(trips[g].begin(), trips[g].end());
@@ -404,14 +423,13 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond)
         ->UseManualTime();
 
-  std::optional<mpp::launch::CpuLatencyLimit> awake;
   if (keep_awake) awake.emplace(0);
   if (group.rank() == 0) {
     mpp::util::print_blas_report(at::get_num_threads());
     std::printf("ranks: 2 processes on %s, Gloo over %s\n",
                 mpp::environment().single_host() ? "one host" : "several hosts",
                 mpp::environment().single_host() ? "loopback" : "the network");
-    std::printf("%s\n", awake ? awake->status().c_str()
+    std::printf("%s\n", awake ? (awake->status() + " (p2p family; released for transport)").c_str()
                               : "/dev/cpu_dma_latency not held (--comm_keep_cpus_awake=0): idle "
                                 "CPUs may halt");
     std::printf("load average before: %s\n", load_average().c_str());

@@ -3,8 +3,9 @@
 // configurations; next to them, the same GPipe step written as a plain loop over raw c10d calls
 // of each transport (no library) and the single-process model that "ideal = 2 x M/(M+1) x
 // single" refers to.
-// Samples/s are items_per_second; counters give the measured bubble of the last step next to the
-// verifier's prediction (unit costs, and the measured F/B/I/W costs).
+// Samples/s are items_per_second; counters give the measured bubble next to the verifier's
+// prediction (unit costs, and the measured F/B/I/W costs), medians over 15 untimed steps after
+// the timed ones.
 //
 //   mpprun --nproc-per-node 2 ./pipeline_bench [--benchmark_filter=...] [--benchmark_format=json]
 //
@@ -22,6 +23,7 @@
 #include <boost/hana/tuple.hpp>
 #include <boost/hana/type.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -100,6 +102,15 @@ struct LibraryStep {
   at::Tensor x, y;
 };
 
+/// Steps measured after the timed ones, each followed by its report: one step's bubble is one
+/// sample of a noisy quantity (a hiccup of a few hundred microseconds is 5 % of a course step).
+constexpr int reported_steps = 15;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : mpp::bench::median_of_sorted(v);
+}
+
 template <class Pipe>
 void library(benchmark::State& state, const Config& c) {
   world->barrier();
@@ -107,14 +118,27 @@ void library(benchmark::State& state, const Config& c) {
   for (int i = 0; i < warmup_steps; ++i) step();
   for (auto _ : state) step();
   state.SetItemsProcessed(state.iterations() * c.batch);
-  if (const auto report = mpp::report_last_step(step.pipe)) {
-    state.counters["bubble"] = report->figures.bubble;
-    state.counters["bubble_pred_unit"] = report->predicted_unit.bubble_fraction();
-    state.counters["bubble_pred_meas"] = report->predicted_measured.bubble_fraction();
-    state.counters["bubble_pred_lat"] = report->predicted_latency.bubble_fraction();
-    state.counters["msg_latency_us"] = report->figures.message_latency_us;
-    state.counters["peak_act_MiB_r0"] =
-        static_cast<double>(report->figures.peak_activation_bytes[0]) / (1 << 20);
+  // Untimed: the medians over reported steps of the measured bubble and of the verifier's
+  // predictions from each step's own measured costs.
+  std::vector<double> bubble, unit, measured, latency, message_us, peak;
+  for (int i = 0; i < reported_steps; ++i) {
+    step();
+    if (const auto report = mpp::report_last_step(step.pipe)) {
+      bubble.push_back(report->figures.bubble);
+      unit.push_back(report->predicted_unit.bubble_fraction());
+      measured.push_back(report->predicted_measured.bubble_fraction());
+      latency.push_back(report->predicted_latency.bubble_fraction());
+      message_us.push_back(report->figures.message_latency_us);
+      peak.push_back(static_cast<double>(report->figures.peak_activation_bytes[0]) / (1 << 20));
+    }
+  }
+  if (!bubble.empty()) {
+    state.counters["bubble"] = median(bubble);
+    state.counters["bubble_pred_unit"] = median(unit);
+    state.counters["bubble_pred_meas"] = median(measured);
+    state.counters["bubble_pred_lat"] = median(latency);
+    state.counters["msg_latency_us"] = median(message_us);
+    state.counters["peak_act_MiB_r0"] = median(peak);
   }
 }
 

@@ -24,7 +24,7 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_set>
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -305,31 +305,35 @@ class Executor {
   at::Tensor run_piece(int chunk, at::Tensor x, bool record, Slot& s) {
     auto& seq = pieces_[static_cast<std::size_t>(chunk)].module;
     const auto& layers = param_layers_[static_cast<std::size_t>(chunk)];
-    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> produced;
-    produced.reserve(seq->size());
+    pending_weak_.clear();  // reused: no allocation per forward once it has grown
     std::size_t next_param_layer = 0;
     int index = 0;
     if (record) s.layer_edges.clear();
     for (auto& module : *seq) {
       x = module.forward<at::Tensor>(x);
-      if (x.has_storage()) produced.push_back(x.storage().getWeakStorageImpl());
+      if (x.has_storage()) pending_weak_.push_back(x.storage().getWeakStorageImpl());
       if (record && next_param_layer < layers.size() && layers[next_param_layer].index == index) {
         s.layer_edges.push_back(torch::autograd::impl::gradient_edge(x));
         ++next_param_layer;
       }
       ++index;
     }
-    pending_weak_ = std::move(produced);
     return x;
   }
 
   /// Bytes of the activations kept for the backward of this slot: the input, whatever the
   /// graph still references among the tensors the forward produced, and the explicitly kept ones.
   std::int64_t measure_held(const Slot& s, const at::Tensor& keep_output) {
-    std::unordered_set<const void*> seen;
+    // A handful of storages per forward: a linear scan of a reused vector, no hashing and no
+    // allocation on the step's critical path.
+    seen_storages_.clear();
     std::int64_t bytes = 0;
     auto add = [&](const c10::StorageImpl* impl, std::int64_t n) {
-      if (impl != nullptr && seen.insert(impl).second) bytes += n;
+      if (impl == nullptr ||
+          std::find(seen_storages_.begin(), seen_storages_.end(), impl) != seen_storages_.end())
+        return;
+      seen_storages_.push_back(impl);
+      bytes += n;
     };
     auto add_tensor = [&](const at::Tensor& t) {
       if (t.defined() && t.has_storage())
@@ -716,6 +720,7 @@ class Executor {
   trace::Recorder recorder_;
   Step* step_ = nullptr;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> pending_weak_;
+  std::vector<const c10::StorageImpl*> seen_storages_;
 
  public:
   /// Set by the Pipeline when the table has I/W actions.
