@@ -31,8 +31,11 @@ struct Shm {
   /// once its message is in the ring, received or not; only what does not fit waits for the
   /// receiver. The segment holds ranks x (ranks - 1) rings.
   static constexpr std::size_t ring_bytes = std::size_t{2} << 20;
-  /// Microseconds a rank waiting for a message spins before it sleeps (MPP_SHM_SPIN_US).
-  static constexpr long spin_us = 200;
+  /// Microseconds a rank waiting for a message spins before it sleeps (MPP_SHM_SPIN_US). Longer
+  /// than a pipeline stage's wait on the course's model: a sleeping receiver costs its sender a
+  /// futex call and itself a wake-up (tens of microseconds each on a VM). A spinning rank yields
+  /// its core now and then, for ranks that share it.
+  static constexpr long spin_us = 2000;
 };
 
 template <class B>

@@ -182,6 +182,12 @@ class Executor {
     ActivationSpec spec;
   };
 
+  /// What finished micro-batches held, freed off the critical path (finish_slot).
+  struct Released {
+    std::vector<at::Tensor> tensors;
+    std::vector<torch::autograd::edge_list> edges;
+  };
+
   /// Everything that lives for one step only.
   struct Step {
     Step(std::size_t chunks, int micro_batches)
@@ -197,6 +203,7 @@ class Executor {
     std::vector<InLink> in_links;
     std::vector<bool> header_sent;
     PendingRequests pending_sends;
+    Released released;
     double loss_sum = 0.0;
   };
 
@@ -525,15 +532,35 @@ class Executor {
   }
   // [/quote:weight_grad]
 
+  /// The micro-batch's backward is done: its activations no longer count, and what it holds
+  /// (the autograd graph's nodes, its input and output) goes to the step's `released` list
+  /// instead of being freed here, between a backward and the send its peer waits for. It is freed
+  /// while this rank waits for a message anyway, or with the step's state when train_step
+  /// returns, after the step's last message.
   void finish_slot(Slot& s) {
     release(s);
-    s.input = at::Tensor();
-    s.output = at::Tensor();
-    s.loss = at::Tensor();
-    s.layer_edges.clear();
+    Released& r = step_->released;
+    for (at::Tensor* t : {&s.input, &s.output, &s.loss})
+      if (t->defined()) r.tensors.push_back(std::exchange(*t, at::Tensor()));
+    for (auto& g : s.layer_grads)
+      if (g.defined()) r.tensors.push_back(std::move(g));
     s.layer_grads.clear();
+    if (!s.layer_edges.empty()) r.edges.push_back(std::exchange(s.layer_edges, {}));
     s.graph_ready = false;
     s.input_grad_done = false;
+  }
+
+  /// Frees what finished micro-batches held (see finish_slot).
+  void free_released() {
+    step_->released.tensors.clear();
+    step_->released.edges.clear();
+  }
+
+  /// Before blocking on `r`: if it has not completed yet, free the finished micro-batches now,
+  /// in time this rank would spend waiting anyway.
+  void free_released_while(const Request& r) {
+    if (!step_->released.tensors.empty() || !step_->released.edges.empty())
+      if (!r.ready()) free_released();
   }
 
   // ---- communication ------------------------------------------------------------------------
@@ -661,6 +688,7 @@ class Executor {
       throw pipeline_error("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
                            stage_text(stage_of(a.chunk)) +
                            " without its RECV_F; the table is not lowered");
+    free_released_while(s.recv_request);
     s.recv_request.wait();
     if constexpr (!Communicator<C>::blocking)
       recorder_.record(trace::EventKind::recv_wait, Op::RECV_F, a.micro_batch, a.chunk, peer, t0,
@@ -701,6 +729,7 @@ class Executor {
                            std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
                            " without its RECV_B; the table is not lowered");
     const auto t0 = recorder_.now();
+    free_released_while(s.grad_request);
     s.grad_request.wait();
     if constexpr (!Communicator<C>::blocking)
       recorder_.record(trace::EventKind::recv_wait, Op::RECV_B, a.micro_batch, a.chunk,
