@@ -66,11 +66,11 @@
 
 namespace {
 
-mpp::ProcessGroup* world = nullptr;      // the two ranks over Gloo
-mpp::ProcessGroup* shm_world = nullptr;  // the same ranks over Shm
+mpp::ProcessGroup* world = nullptr;                 // the two ranks over Gloo
+mpp::ProcessGroup* shm_world = nullptr;             // the same ranks over Shm
 std::optional<mpp::launch::CpuLatencyLimit> awake;  // held for the p2p family only
-double blocks_scale = 1.0;  // --comm_blocks_scale: fewer (or more) blocks
-std::string trips_dir;      // --comm_trips_out: every round trip, one CSV per size
+double blocks_scale = 1.0;                          // --comm_blocks_scale: fewer (or more) blocks
+std::string trips_dir;  // --comm_trips_out: every round trip, one CSV per size
 
 /// Blocks of ten round trips for a message size: about 25 s of round trips (estimated at 60 us
 /// plus 2 GB/s each way), between 300 and 3000 blocks. The interval narrows as 1/sqrt(blocks):

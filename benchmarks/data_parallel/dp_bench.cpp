@@ -28,6 +28,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../common/transports.hpp"
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel.hpp"
 #include "mpp/models/mlp.hpp"
@@ -47,15 +48,12 @@ constexpr Config course{"course_h128_b32", 128, 32, 300};
 constexpr Config compute_bound{"compute_h1024_b128", 1024, 128, 12};
 constexpr int warmup_steps = 3;
 
-mpp::ProcessGroup* world = nullptr;      // Gloo
-mpp::ProcessGroup* shm_world = nullptr;  // the same ranks over Shm
+const mpp::bench::Transports* transports = nullptr;
+const mpp::ProcessGroup* world = nullptr;  // over Gloo
 
 template <class Backend>
 const mpp::ProcessGroup& group_for() {
-  if constexpr (std::is_same_v<Backend, mpp::Shm>)
-    return *shm_world;
-  else
-    return *world;
+  return transports->group<Backend>();
 }
 
 /// CPU seconds of the whole process (every thread: compute, Gloo's, the Shm worker).
@@ -228,8 +226,10 @@ void register_all(const Config& c) {
 
 int main(int argc, char** argv) {
   at::set_num_threads(1);
-  auto group = mpp::init_process_group();
-  world = &group;
+  const mpp::bench::Transports both;
+  transports = &both;
+  world = &both.gloo();
+  const auto& group = both.gloo();
   if (group.rank() != 0) {  // only rank 0 writes --benchmark_out
     int kept = 1;
     for (int i = 1; i < argc; ++i)
@@ -237,8 +237,6 @@ int main(int argc, char** argv) {
     argc = kept;
   }
   benchmark::Initialize(&argc, argv);
-  auto shm = group.new_group<mpp::Shm>();
-  shm_world = &shm;
   register_all(course);
   register_all(compute_bound);
   for (auto [name, fn] : {std::pair{"AllReduce<Gloo>", &all_reduce<mpp::Gloo>},

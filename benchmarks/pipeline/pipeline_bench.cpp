@@ -5,7 +5,7 @@
 // single" refers to.
 // Samples/s are items_per_second; counters give the measured bubble next to the verifier's
 // prediction (unit costs, and the measured F/B/I/W costs), medians over 15 untimed steps after
-// the timed ones.
+// the timed ones (5 for h1024 b512).
 //
 //   mpprun --nproc-per-node 2 ./pipeline_bench [--benchmark_filter=...] [--benchmark_format=json]
 //
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "../common/paired.hpp"
+#include "../common/transports.hpp"
 #include "mpp/comm.hpp"
 #include "mpp/pipeline.hpp"
 #include "mpp/util/blas.hpp"
@@ -58,16 +59,12 @@ constexpr int M = 8;
 constexpr int P = 2;
 constexpr int warmup_steps = 3;
 
-mpp::ProcessGroup* world = nullptr;      // the job over Gloo
-mpp::ProcessGroup* shm_world = nullptr;  // the same ranks over Shm
+const mpp::bench::Transports* transports = nullptr;
+const mpp::ProcessGroup* world = nullptr;  // over Gloo
 
-/// The group a comm backend runs on.
 template <class Backend>
 const mpp::ProcessGroup& group_of() {
-  if constexpr (std::is_same_v<Backend, mpp::Shm>)
-    return *shm_world;
-  else
-    return *world;
+  return transports->group<Backend>();
 }
 
 mpp::models::MlpConfig model_of(const Config& c) {
@@ -104,7 +101,8 @@ struct LibraryStep {
 
 /// Steps measured after the timed ones, each followed by its report: one step's bubble is one
 /// sample of a noisy quantity (a hiccup of a few hundred microseconds is 5 % of a course step).
-constexpr int reported_steps = 15;
+/// Five for the configurations whose steps take a second.
+int reported_steps(const Config& c) { return c.iterations >= 10 ? 15 : 5; }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -121,7 +119,7 @@ void library(benchmark::State& state, const Config& c) {
   // Untimed: the medians over reported steps of the measured bubble and of the verifier's
   // predictions from each step's own measured costs.
   std::vector<double> bubble, unit, measured, latency, message_us, peak;
-  for (int i = 0; i < reported_steps; ++i) {
+  for (int i = 0; i < reported_steps(c); ++i) {
     step();
     if (const auto report = mpp::report_last_step(step.pipe)) {
       bubble.push_back(report->figures.bubble);
@@ -396,10 +394,10 @@ class SilentReporter : public benchmark::BenchmarkReporter {
 
 int main(int argc, char** argv) {
   at::set_num_threads(1);
-  auto group = mpp::init_process_group();
-  world = &group;
-  auto shm_group = group.new_group<mpp::Shm>();
-  shm_world = &shm_group;
+  const mpp::bench::Transports both;
+  transports = &both;
+  world = &both.gloo();
+  const auto& group = both.gloo();
   if (group.size() != P) {
     std::fprintf(stderr,
                  "pipeline_bench runs on %d ranks: mpprun --nproc-per-node %d ./pipeline_bench\n",

@@ -1,7 +1,7 @@
 """GPipe over two ranks with torch.distributed send/recv: the Python reference for
 benchmarks/pipeline (same model, same batch, same M = 8, Adam, one thread per rank).
 
-    mpprun --nproc-per-node 2 /usr/bin/python3 benchmarks/reference/pipeline_reference.py [--config course|compute|both]
+    mpprun --nproc-per-node 2 /usr/bin/python3 benchmarks/reference/pipeline_reference.py [--config course|compute|large|both|all]
 
 Rank 0 prints one JSON line per configuration: {"config": ..., "samples_per_second": ...}.
 Run with Debian's python3-torch (/usr/bin/python3).
@@ -18,6 +18,7 @@ import torch.nn.functional as F
 CONFIGS = {
     "course": dict(name="course_h128_b32", hidden=128, batch=32, iterations=100),
     "compute": dict(name="compute_h1024_b128", hidden=1024, batch=128, iterations=10),
+    "large": dict(name="compute_h1024_b512", hidden=1024, batch=512, iterations=4),
 }
 LAYERS = 16
 M = 8
@@ -92,13 +93,15 @@ def run(config):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--config", choices=["course", "compute", "both"], default="both")
+    parser.add_argument("--config", choices=["course", "compute", "large", "both", "all"], default="both",
+                        help="both: course and compute; all: also large (h1024, batch 512)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     if dist.get_world_size() != 2:
         raise SystemExit("pipeline_reference.py runs on 2 ranks (mpprun --nproc-per-node 2 ...)")
-    for key in (["course", "compute"] if args.config == "both" else [args.config]):
+    keys = {"both": ["course", "compute"], "all": ["course", "compute", "large"]}.get(args.config, [args.config])
+    for key in keys:
         run(CONFIGS[key])
     dist.destroy_process_group()
 

@@ -3,7 +3,8 @@
 // contiguous or not; all_gather_runs gives every owner's bits to every rank; async all-reduces
 // complete in order; replicas get the same bits; other dtypes and collectives go through Gloo
 // (p2p and broadcast go through the rings: shm_mailbox_test.cpp); a dead or silent peer is named
-// within the deadline; ranks on different hosts are refused; no segment is left in /dev/shm; DDP over Shm trains the same parameters as DDP over Gloo.
+// within the deadline; ranks on different hosts are refused; no segment is left in /dev/shm; DDP
+// over Shm trains the same parameters as DDP over Gloo.
 #include <doctest/doctest.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/loss.h>
@@ -649,7 +650,9 @@ TEST_CASE("Shm: outstanding all-reduces complete in submission order - barriers 
   }
 }
 
-TEST_CASE("Shm: other dtypes and ops go through Gloo; p2p, broadcast and sub-groups work on a Shm group") {
+TEST_CASE(
+    "Shm: other dtypes and ops go through Gloo; p2p, broadcast and sub-groups work on a Shm "
+    "group") {
   auto world = mpp::test::run_world(3, "shm_fallback", bounded(120));
   CHECK_MESSAGE(world.ok(), world.report());
   check_no_segment_left(world);

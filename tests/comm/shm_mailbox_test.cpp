@@ -54,25 +54,25 @@ at::Tensor pattern(at::ScalarType dtype, std::int64_t numel, int sender, int see
   if (dtype == at::kBool) return bytes.remainder(2).to(at::kBool);
   if (at::isFloatingType(dtype) || at::isComplexType(dtype)) {
     // clear the top bit of every element's most significant byte: no NaN or infinity
-    auto view = bytes.view({numel * element / (element > 8 ? 4 : element),
-                            element > 8 ? 4 : element});
+    auto view =
+        bytes.view({numel * element / (element > 8 ? 4 : element), element > 8 ? 4 : element});
     view.select(1, view.size(1) - 1).bitwise_and_(0x3f);
   }
   return bytes.view(dtype);
 }
 
-const std::vector<at::ScalarType> dtypes{at::kFloat,  at::kDouble, at::kBFloat16,
-                                         at::kHalf,   at::kByte,   at::kChar,
-                                         at::kShort,  at::kInt,    at::kLong,
-                                         at::kBool,   at::kComplexFloat};
+const std::vector<at::ScalarType> dtypes{at::kFloat, at::kDouble, at::kBFloat16,    at::kHalf,
+                                         at::kByte,  at::kChar,   at::kShort,       at::kInt,
+                                         at::kLong,  at::kBool,   at::kComplexFloat};
 
 /// Sizes in bytes around the ring's capacity (a message's header takes 64 of it).
 std::vector<std::int64_t> byte_sizes() {
   return {16, 64, 4096, ring - 128, ring - 64, ring, ring + 16, 3 * ring + 4096};
 }
 
-mpp::test::WorldOptions bounded(int seconds, std::vector<std::pair<std::string, std::string>> env =
-                                                 {{"MPP_TIMEOUT_S", "30"}}) {
+mpp::test::WorldOptions bounded(int seconds,
+                                std::vector<std::pair<std::string, std::string>> env = {
+                                    {"MPP_TIMEOUT_S", "30"}}) {
   mpp::test::WorldOptions o;
   o.timeout = std::chrono::seconds(seconds);
   o.env = std::move(env);
@@ -116,7 +116,8 @@ MPP_TEST_WORKER("mail_values") {
         r.wait();
         s.wait();
       }
-      expect(at::equal(over_shm.view(at::kByte), over_gloo.view(at::kByte)), what + ": Shm != Gloo");
+      expect(at::equal(over_shm.view(at::kByte), over_gloo.view(at::kByte)),
+             what + ": Shm != Gloo");
       expect(at::equal(over_shm.view(at::kByte), pattern(dtype, numel, prev, seed).view(at::kByte)),
              what + ": not the sender's bits");
     }
@@ -173,8 +174,8 @@ MPP_TEST_WORKER("mail_values") {
       ++seed;
       auto t = me == root ? pattern(dtype, 1000, root, seed) : at::zeros({1000}, dtype);
       world.broadcast(t, root);
-      expect(at::equal(t, pattern(dtype, 1000, root, seed)), "broadcast from " +
-                                                                 std::to_string(root));
+      expect(at::equal(t, pattern(dtype, 1000, root, seed)),
+             "broadcast from " + std::to_string(root));
     }
   }
   std::printf("rank %d: Shm point-to-point equals Gloo's\n", me);
@@ -213,8 +214,8 @@ MPP_TEST_WORKER("mail_matching") {
     for (int i = 0; i < 100; ++i) {
       auto x = at::zeros({10});
       world.recv(x, 0, i % 3);
-      expect(at::equal(x, at::full({10}, static_cast<float>(i))), "eager message " +
-                                                                      std::to_string(i));
+      expect(at::equal(x, at::full({10}, static_cast<float>(i))),
+             "eager message " + std::to_string(i));
     }
     auto nine = at::zeros({4}), eight = at::zeros({4}), first = at::zeros({4}),
          second = at::zeros({4});

@@ -13,8 +13,9 @@
 //   else                   world.recv(x, 0, 0);
 //   world.all_reduce(grad);                           // sum over the ranks
 //
-// init_process_group<Shm>() (or world.new_group<Shm>(ranks)) gives a group whose all-reduces of
-// float tensors go through shared memory when every rank shares this host (shm_group.hpp).
+// init_process_group<Shm>() (or world.new_group<Shm>(ranks)) gives a group of ranks of this host
+// whose sends, receives, broadcasts and all-reduces of float tensors go through shared memory
+// (shm_group.hpp): a few microseconds per message instead of Gloo's tens.
 //
 // Ranks passed to p2p calls are ranks *of this group* (they equal global ranks for the world).
 // Every wait has a deadline (CommOptions::timeout); on expiry CommTimeout names the operation

@@ -415,8 +415,8 @@ class ShmProcessGroup : public c10d::ProcessGroup {
         // A peer in another pid namespace cannot be watched; it is still bounded by the deadline.
         watchable_.push_back(pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM));
       }
-      mailbox_ = std::make_shared<detail::shm::Mailbox>(
-          segment_, layout_, rank, size, watchable_, detail::shm::spin_from_env(options.spin));
+      mailbox_ = std::make_shared<detail::shm::Mailbox>(segment_, layout_, rank, size, watchable_,
+                                                        detail::shm::spin_from_env(options.spin));
       worker_ = std::thread([this] { run(); });
     }
     init();
@@ -987,7 +987,7 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   std::shared_ptr<detail::shm::Segment> segment_;
   std::shared_ptr<detail::shm::Mailbox> mailbox_;  // send, recv, broadcast
   std::uint32_t broadcasts_ = 0;                   // broadcasts posted on this group
-  std::vector<bool> watchable_;  // peers whose process this rank can see
+  std::vector<bool> watchable_;                    // peers whose process this rank can see
   std::shared_ptr<detail::shm::Progress> progress_;
 
   // caller side
@@ -1020,8 +1020,8 @@ struct backend_traits<Shm> {
       const std::shared_ptr<::gloo::transport::Device>& device, std::chrono::milliseconds timeout) {
     if (size > 1) detail::shm::check_one_host(*store, rank, size, timeout);
     auto inner = backend_traits<Gloo>::make(store, rank, size, device, timeout);
-    return c10::make_intrusive<ShmProcessGroup>(store, rank, size, std::move(inner),
-                                                ShmOptions{}, timeout);
+    return c10::make_intrusive<ShmProcessGroup>(store, rank, size, std::move(inner), ShmOptions{},
+                                                timeout);
   }
 };
 

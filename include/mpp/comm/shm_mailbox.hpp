@@ -130,8 +130,7 @@ class Mailbox {
   std::chrono::microseconds spin() const { return spin_; }
 
   /// Queues `tensor` (contiguous) for `peer` and writes as much of it as fits now.
-  std::shared_ptr<MailOp> post_send(const at::Tensor& tensor, int peer, MessageKind kind,
-                                    int tag) {
+  std::shared_ptr<MailOp> post_send(const at::Tensor& tensor, int peer, MessageKind kind, int tag) {
     auto op = make_op(true, tensor, peer, kind, tag);
     std::lock_guard<std::mutex> lock(mutex_);
     fail_if_broken(*op);
@@ -141,8 +140,7 @@ class Mailbox {
   }
 
   /// Posts a receive into `tensor` (contiguous); takes a message already here if there is one.
-  std::shared_ptr<MailOp> post_recv(const at::Tensor& tensor, int peer, MessageKind kind,
-                                    int tag) {
+  std::shared_ptr<MailOp> post_recv(const at::Tensor& tensor, int peer, MessageKind kind, int tag) {
     auto op = make_op(false, tensor, peer, kind, tag);
     std::lock_guard<std::mutex> lock(mutex_);
     fail_if_broken(*op);
@@ -335,9 +333,8 @@ class Mailbox {
           continue;
         }
         const std::uint64_t offset = written % capacity;
-        const auto n = static_cast<std::int64_t>(
-            std::min<std::uint64_t>({room, static_cast<std::uint64_t>(total - op.done),
-                                     capacity - offset, max_fragment}));
+        const auto n = static_cast<std::int64_t>(std::min<std::uint64_t>(
+            {room, static_cast<std::uint64_t>(total - op.done), capacity - offset, max_fragment}));
         const std::int64_t real = std::clamp<std::int64_t>(op.bytes - op.done, 0, n);
         if (real > 0) copy_in(data + offset, source + op.done, static_cast<std::size_t>(real));
         op.done += n;

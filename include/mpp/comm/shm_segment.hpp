@@ -353,7 +353,8 @@ inline std::unique_ptr<Segment> open_segment(c10d::Store& store, int rank, int s
       throw CommError("init", -1,
                       "mpp: cannot reserve " + std::to_string(layout.total >> 20) +
                           " MiB in /dev/shm for the Shm backend: " + errno_text(error) +
-                          "; enlarge /dev/shm (e.g. docker --shm-size), lower Shm::chunk_bytes or Shm::ring_bytes "
+                          "; enlarge /dev/shm (e.g. docker --shm-size), lower Shm::chunk_bytes or "
+                          "Shm::ring_bytes "
                           "or use Gloo");
     }
     segment = map_fd(fd, name, layout.total);
@@ -386,21 +387,22 @@ inline std::unique_ptr<Segment> open_segment(c10d::Store& store, int rank, int s
     struct stat info {};
     if (::fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != layout.total) {
       ::close(fd);
-      throw CommError("init", 0,
-                      "mpp: the shared-memory segment " + name + " has " +
-                          std::to_string(info.st_size) + " bytes, this rank expects " +
-                          std::to_string(layout.total) +
-                          "; every rank must be built with the same Shm::chunk_bytes and Shm::ring_bytes");
+      throw CommError(
+          "init", 0,
+          "mpp: the shared-memory segment " + name + " has " + std::to_string(info.st_size) +
+              " bytes, this rank expects " + std::to_string(layout.total) +
+              "; every rank must be built with the same Shm::chunk_bytes and Shm::ring_bytes");
     }
     segment = map_fd(fd, name, layout.total);
     const auto* header = reinterpret_cast<const Header*>(segment->base());
     if (header->magic != segment_magic || header->chunk_bytes != layout.chunk_bytes ||
         header->buffers != layout.buffers || header->ring_bytes != layout.ring_bytes ||
         header->world != static_cast<std::uint32_t>(size))
-      throw CommError("init", 0,
-                      "mpp: the shared-memory segment " + name +
-                          " was laid out for another group (chunk, ring or world size differ); every "
-                          "rank must run the same build");
+      throw CommError(
+          "init", 0,
+          "mpp: the shared-memory segment " + name +
+              " was laid out for another group (chunk, ring or world size differ); every "
+              "rank must run the same build");
   }
   auto* block = reinterpret_cast<RankBlock*>(segment->base() + layout.blocks) + rank;
   block->pid = static_cast<std::int32_t>(::getpid());
@@ -449,6 +451,5 @@ inline void copy_range_to_slot(char* slot, const char* bytes, std::int64_t lo, s
                  bytes + static_cast<std::size_t>(from) * element,
                  static_cast<std::size_t>(to - from) * element);
 }
-
 
 }  // namespace mpp::detail::shm

@@ -22,9 +22,9 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
-#include <algorithm>
 #include <utility>
 #include <vector>
 
