@@ -1,11 +1,20 @@
 # Third-party dependencies, all from Debian bookworm packages (see scripts/setup).
-find_package(Torch REQUIRED)           # libtorch-dev
-find_package(Boost 1.74 REQUIRED)      # libboost-dev (Boost.Hana is header-only)
+#
+# What mpp::mpp's public headers need, and so what the installed mppConfig.cmake asks for too:
+# LibTorch 1.13 with c10d and Gloo's headers (libtorch-dev, libgloo-dev) and nlohmann/json
+# (nlohmann-json3-dev, for the checkpoint manifests).
+find_package(Torch REQUIRED)
+include(MppCheckTorch)
+mpp_check_torch(mpp_torch_problem)
+if(mpp_torch_problem)
+  message(FATAL_ERROR "${mpp_torch_problem}")
+endif()
+find_package(nlohmann_json 3 REQUIRED)
 
-# c10d's ProcessGroupGloo.hpp includes Gloo's headers (libgloo-dev).
-find_path(MPP_GLOO_INCLUDE_DIR gloo/rendezvous/store.h)
-if(NOT MPP_GLOO_INCLUDE_DIR)
-  message(FATAL_ERROR "mpp: Gloo headers not found; install them with: apt-get install libgloo-dev")
+# Only the project's own tests and benchmarks use Boost: they instantiate the one list of policies
+# through Boost.Hana (tests/support/policies.hpp). No public header includes it.
+if(MPP_BUILD_TESTS OR MPP_BUILD_BENCHMARKS)
+  find_package(Boost 1.74 REQUIRED)    # libboost-dev (Boost.Hana is header-only)
 endif()
 
 # NCCL is only meaningful when LibTorch itself was built with CUDA.

@@ -84,7 +84,9 @@ if(mpp_std_sources)
 endif()
 if(mpp_torch_sources AND MPP_PCH_TARGET)
   add_library(mpp_header_check_torch OBJECT ${mpp_torch_sources})
-  target_link_libraries(mpp_header_check_torch PRIVATE mpp::mpp)
+  # Boost::headers only for its definitions: the shared PCH is compiled with them (MppHelpers).
+  target_link_libraries(mpp_header_check_torch PRIVATE mpp::mpp
+                        $<TARGET_NAME_IF_EXISTS:Boost::headers>)
   mpp_project_warnings(mpp_header_check_torch)
   target_compile_options(mpp_header_check_torch PRIVATE ${MPP_PCH_OPTIONS})
   target_precompile_headers(mpp_header_check_torch REUSE_FROM ${MPP_PCH_TARGET})

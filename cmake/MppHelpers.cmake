@@ -23,7 +23,7 @@ if(MPP_USE_CCACHE AND MPP_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
 endif()
 
 # Sanitizers on everything this project compiles (the asan preset sets address;undefined).
-# LibTorch and the other Debian libraries stay uninstrumented: see README.md, "Sanitizers".
+# LibTorch and the other Debian libraries stay uninstrumented: see docs/testing.md, "Sanitizers".
 set(MPP_SANITIZE "" CACHE STRING "Sanitizers for mpp's own code, e.g. address;undefined")
 if(MPP_SANITIZE)
   list(JOIN MPP_SANITIZE "," mpp_sanitizers)
@@ -53,6 +53,10 @@ set(MPP_PCH_TARGET "")
 if(TARGET mpp)
   add_library(mpp_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
   target_link_libraries(mpp_pch PUBLIC mpp::mpp)
+  # Compiled with the flags of the executables that reuse it (mpp_add_executable below).
+  if(TARGET Boost::headers)
+    target_link_libraries(mpp_pch PUBLIC Boost::headers)
+  endif()
   mpp_project_warnings(mpp_pch)
   target_compile_options(mpp_pch PRIVATE ${MPP_PCH_OPTIONS})
   target_precompile_headers(mpp_pch PRIVATE
@@ -68,6 +72,10 @@ function(mpp_add_executable name)
   cmake_parse_arguments(ARG "TORCH" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   mpp_project_warnings(${name})
+  # The tests' and benchmarks' policy lists use Boost.Hana, which mpp::mpp does not bring.
+  if(TARGET Boost::headers)
+    target_link_libraries(${name} PRIVATE Boost::headers)
+  endif()
   if(ARG_TORCH)
     target_link_libraries(${name} PRIVATE mpp::mpp ${ARG_LIBS})
     target_precompile_headers(${name} REUSE_FROM ${MPP_PCH_TARGET})

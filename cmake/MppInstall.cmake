@@ -8,5 +8,7 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/mppConfig.cmake.in
   ${PROJECT_BINARY_DIR}/mppConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mpp)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/mppConfigVersion.cmake
   COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+# mppConfig.cmake checks the consumer's LibTorch with the same function as mpp's own build.
 install(FILES ${PROJECT_BINARY_DIR}/mppConfig.cmake ${PROJECT_BINARY_DIR}/mppConfigVersion.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/MppCheckTorch.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mpp)

@@ -1,35 +1,32 @@
-# cmake -P script run by the install_consumer test (see CMakeLists.txt for its variables).
+# cmake -P script run by the install.consumer test (see CMakeLists.txt for its variables): builds
+# the consumer project against the installed prefix and runs it on 2 ranks with the installed
+# mpprun.
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT code EQUAL 0)
     list(JOIN ARGV " " command)
-    message(FATAL_ERROR "install test: `${command}` failed (${code}):\n${out}\n${err}")
+    message(FATAL_ERROR "install.consumer: `${command}` failed (${code}):\n${out}\n${err}")
   endif()
   set(run_output "${out}" PARENT_SCOPE)
 endfunction()
 
-set(prefix ${MPP_SCRATCH}/prefix)
-set(consumer_build ${MPP_SCRATCH}/consumer-build)
-file(REMOVE_RECURSE ${MPP_SCRATCH})
-
-run(${CMAKE_COMMAND} --install ${MPP_BINARY_DIR} --prefix ${prefix})
-foreach(file include/mpp/launch/launcher.hpp include/mpp/comm/policy.hpp bin/mpprun)
-  if(NOT EXISTS ${prefix}/${file})
-    message(FATAL_ERROR "install test: ${file} missing from the install tree ${prefix}")
-  endif()
-endforeach()
-file(GLOB_RECURSE config ${prefix}/*/mppConfig.cmake)
-if(NOT config)
-  message(FATAL_ERROR "install test: no mppConfig.cmake under ${prefix}")
-endif()
-
+set(build ${MPP_SCRATCH}/consumer-build)
+file(REMOVE_RECURSE ${build})
 set(launcher "")
 if(MPP_CCACHE)
   set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${MPP_CCACHE})
 endif()
-run(${CMAKE_COMMAND} -S ${MPP_CONSUMER_SOURCE} -B ${consumer_build} -G ${MPP_GENERATOR}
+run(${CMAKE_COMMAND} -S ${MPP_CONSUMER_SOURCE} -B ${build} -G ${MPP_GENERATOR}
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${MPP_CXX_COMPILER}
-    -DCMAKE_PREFIX_PATH=${prefix} ${launcher})
-run(${CMAKE_COMMAND} --build ${consumer_build})
-run(${consumer_build}/mpp_consumer)
+    -DCMAKE_PREFIX_PATH=${MPP_PREFIX} ${launcher})
+run(${CMAKE_COMMAND} --build ${build})
+run(${MPP_PREFIX}/bin/mpprun --nproc-per-node 2 --timeout 240 --log-dir ${build}/logs
+    ${build}/mpp_consumer)
 message(STATUS "${run_output}")
+foreach(line "pipeline ok: Pipeline<" "ddp ok: DDP<")
+  string(FIND "${run_output}" "${line}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "install.consumer: no '${line}' in the consumer's output")
+  endif()
+endforeach()
+message(STATUS "mpp consumer: ok")
