@@ -12,3 +12,5 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/mppConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/mppConfig.cmake ${PROJECT_BINARY_DIR}/mppConfigVersion.cmake
   ${PROJECT_SOURCE_DIR}/cmake/MppCheckTorch.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mpp)
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE ${PROJECT_SOURCE_DIR}/CHANGELOG.md
+  DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -8,7 +8,8 @@ if(NOT code EQUAL 0)
                       "${out}\n${err}")
 endif()
 foreach(file include/mpp/pipeline.hpp include/mpp/data_parallel.hpp include/mpp/comm/policy.hpp
-             include/mpp/launch/launcher.hpp bin/mpprun bin/mpp-schedule)
+             include/mpp/launch/launcher.hpp bin/mpprun bin/mpp-schedule share/doc/mpp/LICENSE
+             share/doc/mpp/CHANGELOG.md)
   if(NOT EXISTS ${MPP_PREFIX}/${file})
     message(FATAL_ERROR "install.tree: ${file} missing from the install tree ${MPP_PREFIX}")
   endif()
