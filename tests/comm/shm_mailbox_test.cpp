@@ -27,23 +27,16 @@
 
 #include "mpp/comm.hpp"
 #include "mpp/comm/shm_group.hpp"
+#include "shm_support.hpp"
 #include "support/worker.hpp"
 #include "support/world.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using namespace mpp::test::shm;
 
 constexpr std::int64_t ring = static_cast<std::int64_t>(mpp::Shm::ring_bytes);
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error("check failed: " + what);
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 /// Distinct bits for every (dtype, sender, element): bytes from the element index and the
 /// sender, reinterpreted (floats keep finite values by masking the exponent's top bit).
@@ -68,19 +61,6 @@ const std::vector<at::ScalarType> dtypes{at::kFloat, at::kDouble, at::kBFloat16,
 /// Sizes in bytes around the ring's capacity (a message's header takes 64 of it).
 std::vector<std::int64_t> byte_sizes() {
   return {16, 64, 4096, ring - 128, ring - 64, ring, ring + 16, 3 * ring + 4096};
-}
-
-mpp::test::WorldOptions bounded(int seconds,
-                                std::vector<std::pair<std::string, std::string>> env = {
-                                    {"MPP_TIMEOUT_S", "30"}}) {
-  mpp::test::WorldOptions o;
-  o.timeout = std::chrono::seconds(seconds);
-  o.env = std::move(env);
-  return o;
-}
-
-long long ms_since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
 }  // namespace
@@ -303,9 +283,7 @@ MPP_TEST_WORKER("mail_silent_peer") {
 MPP_TEST_WORKER("mail_killed") {
   at::set_num_threads(1);
   auto world = mpp::init_process_group<mpp::Shm>();
-  std::printf("segment=%s\n",
-              dynamic_cast<mpp::ShmProcessGroup&>(world.c10d_group()).segment_name().c_str());
-  std::fflush(stdout);
+  print_segment(world);
   auto x = at::ones({1000});
   for (int i = 0; i < 50; ++i) {
     if (world.rank() == 0) {
@@ -352,9 +330,9 @@ TEST_CASE("Shm p2p: a sender that dies mid-message is named well before the dead
     CHECK(contains(out, "recv from rank 1 [tag 5"));
     CHECK(contains(out, "rank 1 (process "));
     CHECK(contains(out, "exited before it finished sending it"));
-    const auto at = out.find("elapsed_ms=");
-    REQUIRE(at != std::string::npos);
-    CHECK(std::stoll(out.substr(at + 11)) < 5'000);
+    const auto elapsed = number_after(out, "elapsed_ms=");
+    REQUIRE(elapsed >= 0);
+    CHECK(elapsed < 5'000);
   }
 }
 
@@ -369,9 +347,8 @@ TEST_CASE("Shm p2p: a silent peer times out at the deadline naming the peer, tag
   CHECK(contains(out, "did not complete within 2000 ms"));
   CHECK(contains(out, "sent nothing that matches it"));
   CHECK(contains(out, "no receive has claimed: tag 4 (Float, 24 bytes)"));
-  const auto at = out.find("elapsed_ms=");
-  REQUIRE(at != std::string::npos);
-  const auto elapsed = std::stoll(out.substr(at + 11));
+  const auto elapsed = number_after(out, "elapsed_ms=");
+  REQUIRE(elapsed >= 0);
   CHECK(elapsed >= 1'500);
   CHECK(elapsed < 7'000);
 }
@@ -396,15 +373,7 @@ TEST_CASE(
   auto world = mpp::test::run_world(2, "mail_killed", bounded(60));
   CHECK_FALSE(world.ok());
   CHECK_FALSE(world.timed_out());
-  for (int r = 0; r < 2; ++r) {
-    const auto& out = world.output(r);
-    const auto at = out.find("segment=");
-    REQUIRE_MESSAGE(at != std::string::npos, out);
-    const std::string name = out.substr(at + 8, out.find('\n', at) - at - 8);
-    CAPTURE(name);
-    CHECK(name.rfind("/mpp-shm-", 0) == 0);
-    CHECK_FALSE(std::filesystem::exists("/dev/shm" + name));
-  }
+  check_no_segment_left(world);
   CHECK_FALSE(std::filesystem::exists("/dev/shm" + stale));
   CHECK(std::filesystem::exists("/dev/shm" + live));
   ::shm_unlink(live.c_str());
