@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -102,6 +103,14 @@ MPP_TEST_WORKER("mpprun_exit3") {
     return 3;
   }
   return nap(30s);
+}
+
+// Prints the CPUs this rank may run on, as "cpus=0,1,".
+MPP_TEST_WORKER("mpprun_cpus") {
+  std::string cpus;
+  for (int cpu : mpp::launch::allowed_cpus()) cpus += std::to_string(cpu) + ",";
+  std::printf("cpus=%s\n", cpus.c_str());
+  return 0;
 }
 
 MPP_TEST_WORKER("mpprun_env") {
@@ -251,6 +260,42 @@ TEST_SUITE("mpprun") {
       CHECK(mpprun.error_output.find("; running without it") != std::string::npos);
     }
     const auto bad = run_mpprun({"--cpu-latency-us", "-1", "/bin/true"});
+    CHECK(bad.ranks.at(0).status.exit_code != 0);
+  }
+
+  TEST_CASE("--cpu-bind auto gives each rank its own CPU when the ranks fit, none never binds") {
+    const std::vector<int> cpus = mpp::launch::allowed_cpus();
+    REQUIRE(!cpus.empty());
+    std::string all;
+    for (int cpu : cpus) all += std::to_string(cpu) + ",";
+    const int fit = static_cast<int>(std::min<std::size_t>(cpus.size(), 4));
+    auto cpus_of = [](const std::vector<std::string>& flags, int ranks) {
+      std::vector<std::string> args = {"--nproc-per-node", std::to_string(ranks), "--log-dir", ""};
+      args.insert(args.end(), flags.begin(), flags.end());
+      args.push_back(mpp::test::self_executable());
+      args.push_back("--mpp-worker=mpprun_cpus");
+      const auto result = run_mpprun(args);
+      const auto& mpprun = result.ranks.at(0);
+      INFO(mpprun.output);
+      REQUIRE(result.ok());
+      return mpprun.output;
+    };
+    const std::string bound = cpus_of({}, fit);  // auto is the default
+    for (int r = 0; r < fit; ++r)
+      CHECK(bound.find("[rank" + std::to_string(r) + "]: cpus=" + std::to_string(cpus[r]) +
+                       ",\n") != std::string::npos);
+    const std::string unbound = cpus_of({"--cpu-bind", "none"}, fit);
+    for (int r = 0; r < fit; ++r)
+      CHECK(unbound.find("[rank" + std::to_string(r) + "]: cpus=" + all + "\n") !=
+            std::string::npos);
+    if (cpus.size() <= 4) {  // more ranks than CPUs: the scheduler places them
+      const int over = static_cast<int>(cpus.size()) + 1;
+      const std::string crowded = cpus_of({"--cpu-bind", "auto"}, over);
+      for (int r = 0; r < over; ++r)
+        CHECK(crowded.find("[rank" + std::to_string(r) + "]: cpus=" + all + "\n") !=
+              std::string::npos);
+    }
+    const auto bad = run_mpprun({"--cpu-bind", "cores", "/bin/true"});
     CHECK(bad.ranks.at(0).status.exit_code != 0);
   }
 

@@ -43,6 +43,11 @@ SIGKILL after the grace period (each rank's whole process group, so nothing is l
 mpprun names the rank and its code or signal and exits with that code (128 + signal when killed).
 Exit 124 when --timeout expires, 130 on Ctrl-C (which stops all ranks).
 
+CPUs: with --cpu-bind auto (the default), when this node's ranks are no more than the CPUs mpprun
+may use, local rank r runs on the r-th of those CPUs alone, as mpirun and srun bind by default:
+ranks that wait microseconds for each other's messages are never queued on one CPU. With more
+ranks than CPUs, or --cpu-bind none, the scheduler places them.
+
 Latency: on machines whose idle CPUs halt (VMs, power-saving hosts) a rank woken by a message can
 wait for a timer tick; --cpu-latency-us 0 keeps idle CPUs polling while the job runs, at the cost
 of their power. It changes the whole machine's behaviour, so it is never on by default.
@@ -105,6 +110,12 @@ int main(int argc, char** argv) {
                  "(0: they poll; holds /dev/cpu_dma_latency, needs root)")
       ->check(CLI::Range(0, 1000000000));
 
+  std::string cpu_bind = "auto";
+  app.add_option("--cpu-bind", cpu_bind,
+                 "auto: one CPU per rank when the ranks fit on this node's CPUs; none: never bind")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "none"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -136,6 +147,7 @@ int main(int argc, char** argv) {
   options.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
   options.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
   options.max_restarts = max_restarts;
+  options.bind_cpus = cpu_bind == "auto";
 
   try {
     for (int attempt = 0;; ++attempt) {

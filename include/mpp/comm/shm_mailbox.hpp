@@ -178,17 +178,36 @@ class Mailbox {
       progress();
       if (all_complete(ops)) return rethrow(ops);
     }
-    // Spin: the peer is probably running on another core and about to write.
+    // Spin: the peer is probably running on another core and about to write. Every peer bumps
+    // this rank's bell when it writes to it or makes room for it, so the spin watches the bell
+    // and makes progress only when it moves. Plain loads, no PAUSE: under a hypervisor a loop of
+    // PAUSE instructions exits to the host, which then takes the CPU for tens of microseconds.
+    RankBlock& me = block(rank_);
     const auto spin_until = start + spin_;
-    for (int round = 1; Clock::now() < spin_until; ++round) {
-      for (int i = 0; i < 16; ++i) cpu_relax();
-      if (round % 64 == 0) ::sched_yield();  // let a rank that shares this core run
-      std::lock_guard<std::mutex> lock(mutex_);
-      progress();
-      if (all_complete(ops)) return rethrow(ops);
+    auto next_yield = Clock::now() + yield_every;
+    std::uint32_t seen = me.bell.load(std::memory_order_acquire);
+    for (;;) {
+      for (int i = 0; i < 256 && me.bell.load(std::memory_order_acquire) == seen; ++i) {
+      }
+      const std::uint32_t now_bell = me.bell.load(std::memory_order_acquire);
+      if (now_bell != seen) {
+        seen = now_bell;
+        std::lock_guard<std::mutex> lock(mutex_);
+        progress();
+        if (all_complete(ops)) return rethrow(ops);
+      }
+      const auto now = Clock::now();
+      if (now >= spin_until) break;
+      // The scheduler sometimes queues two ranks on one CPU (a woken thread lands beside its
+      // waker): then the peer runs only when this rank yields, so yield at once; otherwise
+      // only now and then, for other processes sharing the CPU.
+      if (peer_shares_cpu(ops) || now >= next_yield) {
+        ::sched_yield();
+        next_yield = Clock::now() + yield_every;
+      }
     }
     // Sleep on the bell, waking to check the deadline and the peers.
-    RankBlock& mine = block(rank_);
+    RankBlock& mine = me;
     const auto deadline = start + timeout;
     auto next_check = Clock::now() + milliseconds(100);
     for (;;) {
@@ -283,9 +302,19 @@ class Mailbox {
       if (!op->error.empty()) throw std::runtime_error(op->error);
   }
 
+  /// Publishes this rank's CPU; true if a peer that an incomplete op waits for last ran on it.
+  bool peer_shares_cpu(const std::vector<std::shared_ptr<MailOp>>& ops) const {
+    const int cpu = ::sched_getcpu();
+    block(rank_).cpu.store(cpu, std::memory_order_relaxed);
+    for (const auto& op : ops)
+      if (!op->complete && block(op->peer).cpu.load(std::memory_order_relaxed) == cpu) return true;
+    return false;
+  }
+
   /// One pass over every ring of this rank: write pending sends, read arriving messages.
   void progress() {
     if (!broken_.empty()) return;
+    block(rank_).cpu.store(::sched_getcpu(), std::memory_order_relaxed);
     try {
       for (int q = 0; q < size_; ++q) {
         if (q == rank_) continue;
@@ -544,6 +573,8 @@ class Mailbox {
   }
 
   static constexpr std::uint64_t max_fragment = 256 * 1024;  // published as it is written
+  /// How often a spinning rank yields its CPU when no peer it waits for shares it.
+  static constexpr std::chrono::microseconds yield_every{500};
   static constexpr std::size_t streaming_threshold = 64 * 1024;
 
   std::shared_ptr<Segment> segment_;

@@ -79,6 +79,9 @@ struct alignas(64) RankBlock {
   /// from it, bumps the bell; `sleepers` says whether it must also wake this rank's futex.
   alignas(64) std::atomic<std::uint32_t> bell;
   alignas(64) std::atomic<std::uint32_t> sleepers;
+  /// The CPU this rank last ran point-to-point code on: a rank spinning for a peer that is
+  /// queued on its own CPU yields it.
+  alignas(64) std::atomic<std::int32_t> cpu;
 };
 
 /// Point-to-point: one ring of bytes per ordered pair of ranks. The sender alone advances

@@ -4,6 +4,7 @@
 // OpenMP or Gloo threads are running can deadlock, an exec'd one starts clean.
 // Standard library and POSIX (plus Linux's PR_SET_PDEATHSIG) only.
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -130,9 +131,11 @@ struct Child {
   int stderr_fd = -1;
 };
 
-/// fork + exec `argv` (argv[0] already resolved to a path) with exactly `env`.
-/// Throws LaunchError if the exec itself fails (the child's errno comes back on a pipe).
-inline Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+/// fork + exec `argv` (argv[0] already resolved to a path) with exactly `env`, on CPU `cpu` alone
+/// when it is not negative. Throws LaunchError if the exec itself fails (the child's errno comes
+/// back on a pipe).
+inline Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                   int cpu = -1) {
   // Everything the child touches is prepared here: between fork and exec only
   // async-signal-safe calls are allowed (the parent may have many threads).
   std::vector<char*> argv_ptrs;
@@ -141,6 +144,9 @@ inline Child spawn(const std::vector<std::string>& argv, const std::vector<std::
   std::vector<char*> env_ptrs;
   for (const auto& entry : env) env_ptrs.push_back(const_cast<char*>(entry.c_str()));
   env_ptrs.push_back(nullptr);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (cpu >= 0) CPU_SET(cpu, &cpus);
 
   Pipe out, err, exec_status;
   const int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -157,6 +163,8 @@ inline Child spawn(const std::vector<std::string>& argv, const std::vector<std::
     ::setpgid(0, 0);  // own group: the launcher can stop the rank and everything it started
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher killed outright takes its ranks along
     if (::getppid() != parent) ::_exit(127);
+    // Before exec, so that every thread the rank starts inherits it.
+    if (cpu >= 0) ::sched_setaffinity(0, sizeof cpus, &cpus);
     if (dev_null >= 0) ::dup2(dev_null, STDIN_FILENO);
     ::dup2(out.write, STDOUT_FILENO);
     ::dup2(err.write, STDERR_FILENO);
