@@ -30,6 +30,7 @@
 
 #include "mpp/comm/communicator.hpp"
 #include "mpp/partition/model.hpp"
+#include "mpp/pipeline/layer_call.hpp"
 #include "mpp/pipeline/micro_batch.hpp"
 #include "mpp/pipeline/shape_header.hpp"
 #include "mpp/schedule/action.hpp"
@@ -71,8 +72,10 @@ class Executor {
         stages_(config_.ranks * config_.chunks_per_rank) {
     for (auto& piece : pieces_) {
       std::vector<LayerParams> layers;
+      std::vector<LayerCall> calls;
       int index = 0;
       for (auto& module : *piece.module) {
+        calls.push_back(LayerCall::of(module));
         auto params = module.ptr()->parameters();
         if (!params.empty()) {
           torch::autograd::edge_list edges;
@@ -82,6 +85,7 @@ class Executor {
         ++index;
       }
       param_layers_.push_back(std::move(layers));
+      layer_calls_.push_back(std::move(calls));
     }
   }
 
@@ -310,14 +314,14 @@ class Executor {
   /// (what a split backward needs). Returns the output; measures the activation bytes the graph
   /// keeps alive into `held` (distinct storages still referenced once our own references drop).
   at::Tensor run_piece(int chunk, at::Tensor x, bool record, Slot& s) {
-    auto& seq = pieces_[static_cast<std::size_t>(chunk)].module;
+    const auto& calls = layer_calls_[static_cast<std::size_t>(chunk)];
     const auto& layers = param_layers_[static_cast<std::size_t>(chunk)];
     pending_weak_.clear();  // reused: no allocation per forward once it has grown
     std::size_t next_param_layer = 0;
     int index = 0;
     if (record) s.layer_edges.clear();
-    for (auto& module : *seq) {
-      x = module.forward<at::Tensor>(x);
+    for (const LayerCall& call : calls) {
+      x = call(x);
       if (x.has_storage()) pending_weak_.push_back(x.storage().getWeakStorageImpl());
       if (record && next_param_layer < layers.size() && layers[next_param_layer].index == index) {
         s.layer_edges.push_back(torch::autograd::impl::gradient_edge(x));
@@ -741,6 +745,7 @@ class Executor {
   std::vector<Action> actions_;
   std::vector<LocalPiece> pieces_;
   std::vector<std::vector<LayerParams>> param_layers_;
+  std::vector<std::vector<LayerCall>> layer_calls_;  // per piece, one per module, in order
   ExecutorConfig config_;
   int rank_;
   int stages_;
