@@ -10,7 +10,7 @@ configurations, and prints samples/s and the ratios:
   best schedule / compute-only bound (both stages on their cores, no message, x M/(M+1))
   best schedule / Python reference
 
-    /usr/bin/python3 benchmarks/reference/pipeline_compare.py [--build build] [--all]
+    /usr/bin/python3 benchmarks/reference/pipeline_compare.py [--build build/release] [--all]
 """
 import argparse
 import json
@@ -32,7 +32,7 @@ def run(cmd, env):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default="build")
+    p.add_argument("--build", default="build/release")
     p.add_argument("--all", action="store_true", help="run the whole Schedule x Comm x Partition matrix")
     args = p.parse_args()
     bench = os.path.join(args.build, "benchmarks", "pipeline", "pipeline_bench")

@@ -8,16 +8,16 @@
 // lab measures — the number every other schedule improves on.
 //
 //   mpprun --nproc-per-node 2 ./naive_pipeline [--hidden 128] [--batch 32] [--steps 20]
-//   [--timeline] [--trace naive.json] [--svg naive.svg]
+//   [--timeline] [--trace naive.json] [--svg naive.svg] [--transport gloo]
 #include "../common/pipeline_lab.hpp"
 
 namespace {
 
-template <int P>
+template <int P, class Backend>
 void run(const mpp::ProcessGroup& world, const lab::Options& o) {
   // [quote:pipeline]
-  mpp::Pipeline<mpp::Uniform<P>, mpp::Naive, mpp::Blocking<mpp::Gloo>> pipe(world,
-                                                                            mpp::MlpModel{o.model});
+  mpp::Pipeline<mpp::Uniform<P>, mpp::Naive, mpp::Blocking<Backend>> pipe(world,
+                                                                          mpp::MlpModel{o.model});
   for (const auto& piece : pipe.pieces())
     std::printf("rank %d owns layers [%d, %d)\n", world.rank(), piece.layers.begin,
                 piece.layers.end);
@@ -47,6 +47,8 @@ void run(const mpp::ProcessGroup& world, const lab::Options& o) {
 int main(int argc, char** argv) {
   return lab::main(
       argc, argv, "lab 04", "Lab 04: the naive pipeline, one rank at work at a time",
-      [](const auto& world, const auto& o, auto ranks) { run<decltype(ranks)::value>(world, o); },
+      [](const auto& world, const auto& o, auto ranks, auto transport) {
+        run<decltype(ranks)::value, typename decltype(transport)::backend>(world, o);
+      },
       "as one micro-batch");
 }

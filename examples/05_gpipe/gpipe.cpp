@@ -9,26 +9,39 @@
 // micro-batch's mean loss is weighted by its share of the batch.
 //
 //   mpprun --nproc-per-node 2 ./gpipe [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace gpipe.json] [--svg gpipe.svg]
+//   [--trace gpipe.json] [--svg gpipe.svg] [--plot bubble.svg] [--transport gloo]
+#include <string>
+#include <vector>
+
 #include "../common/pipeline_lab.hpp"
+#include "mpp/trace/plot.hpp"
 
 namespace {
 
 using lab::Options;
 
-template <int P, int M>
-void train(const mpp::ProcessGroup& world, const Options& o) {
+/// One row of the sweep, for the --plot figure.
+struct Row {
+  int micro_batches;
+  double bubble, predicted, predicted_with_latency;
+};
+
+template <int P, int M, class Backend>
+void train(const mpp::ProcessGroup& world, const Options& o, std::vector<Row>& rows) {
   // [quote:train]
-  mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, mpp::Async<mpp::Gloo>> pipe(world,
-                                                                            mpp::MlpModel{o.model});
+  mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, mpp::Async<Backend>> pipe(world,
+                                                                          mpp::MlpModel{o.model});
   torch::optim::Adam adam(pipe.parameters(), 1e-3);
   auto batch = [&](int step) { return mpp::models::make_regression_batch(o.model, o.batch, step); };
   const auto figures = mpp::train_and_measure(pipe, adam, batch, lab::MeanSquaredError{}, o.steps);
   // [/quote:train]
   if (!figures.report) return;
   const auto& r = *figures.report;
-  std::printf("  %3d | %7.1f%% | %9.1f%% | %11.0f | %12s | %d\n", M, 100.0 * r.figures.bubble,
-              100.0 * r.predicted_unit.bubble_fraction(), figures.samples_per_second,
+  rows.push_back({M, r.figures.bubble, r.predicted_unit.bubble_fraction(),
+                  r.predicted_latency.bubble_fraction()});
+  std::printf("  %3d | %7.1f%% | %9.1f%% | %7.1f%% | %11.0f | %12s | %d\n", M,
+              100.0 * r.figures.bubble, 100.0 * r.predicted_unit.bubble_fraction(),
+              100.0 * r.predicted_latency.bubble_fraction(), figures.samples_per_second,
               mpp::trace::format_bytes(r.figures.peak_activation_bytes[0]).c_str(),
               r.figures.peak_in_flight[0]);
   if (M == 8) {
@@ -40,17 +53,50 @@ void train(const mpp::ProcessGroup& world, const Options& o) {
   }
 }
 
-template <int P>
+/// The bubble against M: measured, the formula's, and the verifier's from the measured costs
+/// with the measured message latency.
+void plot(const std::vector<Row>& rows, const Options& o, const std::string& transport, int ranks,
+          const std::string& path) {
+  std::vector<mpp::trace::Series> series(3);
+  series[0].name = "measured";
+  series[1].name = "predicted: (P - 1) / (M + P - 1)";
+  series[2].name = "predicted with the measured costs and message latency";
+  for (const Row& r : rows) {
+    for (auto& s : series) s.x.push_back(r.micro_batches);
+    series[0].y.push_back(100.0 * r.bubble);
+    series[1].y.push_back(100.0 * r.predicted);
+    series[2].y.push_back(100.0 * r.predicted_with_latency);
+  }
+  mpp::trace::PlotOptions options;
+  options.title = "GPipe<M> on " + std::to_string(ranks) + " ranks over " + transport +
+                  ": the bubble against the number of micro-batches";
+  options.subtitle = std::to_string(o.model.layers) + " x Linear(" +
+                     std::to_string(o.model.hidden) + "), batch " + std::to_string(o.batch) +
+                     "; each point is the last of " + std::to_string(o.steps) +
+                     " training steps; one thread per rank";
+  options.x_label = "micro-batches M";
+  options.y_label = "bubble (% of the step)";
+  std::ofstream out(path);
+  out << mpp::trace::render_line_plot(series, options);
+  if (out) std::printf("the bubble against M drawn in %s\n", path.c_str());
+}
+
+std::string plot_path;  // --plot
+
+template <int P, class Backend>
 void run(const mpp::ProcessGroup& world, const Options& o) {
   if (world.rank() == 0)
-    std::printf("    M | bubble  | predicted  | samples/s   | rank 0 peak  | in flight\n");
+    std::printf(
+        "    M | bubble  | predicted  | +latency | samples/s   | rank 0 peak  | in flight\n");
+  std::vector<Row> rows;
   // [quote:sweep]
-  train<P, 1>(world, o);
-  train<P, 2>(world, o);
-  train<P, 4>(world, o);
-  train<P, 8>(world, o);
-  train<P, 16>(world, o);
+  train<P, 1, Backend>(world, o, rows);
+  train<P, 2, Backend>(world, o, rows);
+  train<P, 4, Backend>(world, o, rows);
+  train<P, 8, Backend>(world, o, rows);
+  train<P, 16, Backend>(world, o, rows);
   // [/quote:sweep]
+  if (!rows.empty() && !plot_path.empty()) plot(rows, o, std::string(Backend::name), P, plot_path);
 }
 
 }  // namespace
@@ -58,6 +104,11 @@ void run(const mpp::ProcessGroup& world, const Options& o) {
 int main(int argc, char** argv) {
   return lab::main(
       argc, argv, "lab 05", "Lab 05: GPipe, the bubble shrinks as the micro-batches grow",
-      [](const auto& world, const auto& o, auto ranks) { run<decltype(ranks)::value>(world, o); },
-      "in M = 1, 2, 4, 8 and 16 micro-batches (--timeline, --trace and --svg show M = 8)");
+      [](const auto& world, const auto& o, auto ranks, auto transport) {
+        run<decltype(ranks)::value, typename decltype(transport)::backend>(world, o);
+      },
+      "in M = 1, 2, 4, 8 and 16 micro-batches (--timeline, --trace and --svg show M = 8)",
+      [](CLI::App& app) {
+        app.add_option("--plot", plot_path, "draw the bubble against M here (SVG)");
+      });
 }

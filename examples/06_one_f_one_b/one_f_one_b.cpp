@@ -13,7 +13,7 @@
 // the verifier proves the result deadlock-free at compile time.
 //
 //   mpprun --nproc-per-node 2 ./one_f_one_b [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace 1f1b.json] [--svg 1f1b.svg]
+//   [--trace 1f1b.json] [--svg 1f1b.svg] [--transport gloo]
 #include "../common/pipeline_lab.hpp"
 
 namespace {
@@ -22,10 +22,10 @@ constexpr int M = lab::micro_batches;
 using lab::Options;
 using lab::train;
 
-template <int P>
+template <int P, class Backend>
 void run(const mpp::ProcessGroup& world, const Options& o) {
   // [quote:pair]
-  using Comm = mpp::Async<mpp::Gloo>;
+  using Comm = mpp::Async<Backend>;
   const auto gpipe = train<mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, Comm>>(world, o);
   const auto one_f_one_b = train<mpp::Pipeline<mpp::Uniform<P>, mpp::OneFOneB<M>, Comm>>(world, o);
   // [/quote:pair]
@@ -54,7 +54,9 @@ void run(const mpp::ProcessGroup& world, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return lab::main(
-      argc, argv, "lab 06", "Lab 06: 1F1B, the same bubble as GPipe with less activation memory",
-      [](const auto& world, const auto& o, auto ranks) { run<decltype(ranks)::value>(world, o); });
+  return lab::main(argc, argv, "lab 06",
+                   "Lab 06: 1F1B, the same bubble as GPipe with less activation memory",
+                   [](const auto& world, const auto& o, auto ranks, auto transport) {
+                     run<decltype(ranks)::value, typename decltype(transport)::backend>(world, o);
+                   });
 }

@@ -8,17 +8,17 @@
 // must be a multiple of P. Partitions say how many pieces: Uniform<P> cuts P x V of them here.
 //
 //   mpprun --nproc-per-node 2 ./interleaved [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace interleaved.json] [--svg interleaved.svg]
+//   [--trace interleaved.json] [--svg interleaved.svg] [--transport gloo]
 #include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {
   return lab::main(argc, argv, "lab 07",
                    "Lab 07: interleaved 1F1B, V chunks per rank shrink the bubble",
-                   [](const auto& world, const auto& o, auto ranks) {
+                   [](const auto& world, const auto& o, auto ranks, auto transport) {
                      constexpr int P = decltype(ranks)::value;
                      constexpr int M = lab::micro_batches;
                      // [quote:pair]
-                     using Comm = mpp::Async<mpp::Gloo>;
+                     using Comm = mpp::Async<typename decltype(transport)::backend>;
                      lab::compare<mpp::Pipeline<mpp::Uniform<P>, mpp::OneFOneB<M>, Comm>,
                                   mpp::Pipeline<mpp::Uniform<P>, mpp::Interleaved1F1B<M, 2>, Comm>>(
                          world, o,

@@ -9,17 +9,17 @@
 // layer's weight gradient from its own output gradient.
 //
 //   mpprun --nproc-per-node 2 ./zero_bubble [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace zb.json] [--svg zb.svg]
+//   [--trace zb.json] [--svg zb.svg] [--transport gloo]
 #include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {
   return lab::main(argc, argv, "lab 08",
                    "Lab 08: zero-bubble ZB-H1, the weight gradients fill the bubble",
-                   [](const auto& world, const auto& o, auto ranks) {
+                   [](const auto& world, const auto& o, auto ranks, auto transport) {
                      constexpr int P = decltype(ranks)::value;
                      constexpr int M = lab::micro_batches;
                      // [quote:pair]
-                     using Comm = mpp::Async<mpp::Gloo>;
+                     using Comm = mpp::Async<typename decltype(transport)::backend>;
                      lab::compare<mpp::Pipeline<mpp::Uniform<P>, mpp::OneFOneB<M>, Comm>,
                                   mpp::Pipeline<mpp::Uniform<P>, mpp::ZeroBubbleH1<M>, Comm>>(
                          world, o, {"ZB-H1 against 1F1B:", "OneFOneB<8>", "ZeroBubbleH1<8>"});

@@ -8,17 +8,17 @@
 // per micro-batch (about a third more compute when T_B = 2 T_F).
 //
 //   mpprun --nproc-per-node 2 ./recompute [--hidden 128] [--batch 32] [--steps 20] [--timeline]
-//   [--trace recompute.json] [--svg recompute.svg]
+//   [--trace recompute.json] [--svg recompute.svg] [--transport gloo]
 #include "../common/pipeline_lab.hpp"
 
 int main(int argc, char** argv) {
   return lab::main(
       argc, argv, "lab 09", "Lab 09: gradient checkpointing, memory for compute",
-      [](const auto& world, const auto& o, auto ranks) {
+      [](const auto& world, const auto& o, auto ranks, auto transport) {
         constexpr int P = decltype(ranks)::value;
         constexpr int M = lab::micro_batches;
         // [quote:pair]
-        using Comm = mpp::Async<mpp::Gloo>;
+        using Comm = mpp::Async<typename decltype(transport)::backend>;
         lab::compare<mpp::Pipeline<mpp::Uniform<P>, mpp::OneFOneB<M>, Comm>,
                      mpp::Pipeline<mpp::Recompute<mpp::Uniform<P>>, mpp::OneFOneB<M>, Comm>>(
             world, o,

@@ -1,6 +1,7 @@
 #pragma once
 // What the pipeline labs 04-09 share: their options, training the course MLP through a pipeline
-// with measurement, the measured timeline as SVG, and the start-up on 2 or 4 ranks. Labs 07-09 also
+// with measurement, the measured timeline as SVG, and the start-up on 2 or 4 ranks over the
+// transport --transport names (shared memory by default, Gloo's TCP on request). Labs 07-09 also
 // share `compare`: train two pipelines and print them side by side (bubble measured vs predicted,
 // samples/s, rank 0's peak activations), with the second's last-step timeline, Chrome trace and SVG
 // picture on request.
@@ -12,6 +13,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <type_traits>
 
@@ -24,7 +26,15 @@ namespace lab {
 
 inline constexpr int micro_batches = 8;
 
+/// The transport the lab's pipelines send their messages through: `typename T::backend` is the
+/// backend of their comm policy (`mpp::Async<typename T::backend>`).
+template <class Backend>
+struct Transport {
+  using backend = Backend;
+};
+
 struct Options {
+  std::string transport = "shm";
   mpp::models::MlpConfig model;
   std::int64_t batch = 32;
   int steps = 20;
@@ -103,14 +113,21 @@ void compare(const mpp::ProcessGroup& world, const Options& o, const Comparison&
   if (!o.svg.empty()) write_svg(b, o, c.second);
 }
 
-/// Parses the common options, starts the process group and calls run(world, options,
-/// std::integral_constant<int, P>) for P = 2 or 4 ranks. `batching` says how the lab cuts the
-/// batch, for the header line (default: "in 8 micro-batches").
+/// Parses the common options, starts the process group over the chosen transport and calls
+/// run(world, options, std::integral_constant<int, P>, Transport<Backend>) for P = 2 or 4 ranks.
+/// `batching` says how the lab cuts the batch, for the header line (default: "in 8 micro-batches").
+/// `add_options`, when given, adds the lab's own options.
 template <class Run>
 int main(int argc, char** argv, const char* lab, const char* description, Run run,
-         const char* batching = nullptr) {
+         const char* batching = nullptr,
+         const std::function<void(CLI::App&)>& add_options = nullptr) {
   CLI::App app{description};
   Options o;
+  app.add_option("--transport", o.transport,
+                 "shm: shared memory between the ranks of this host (microseconds a message); "
+                 "gloo: TCP, what also runs across hosts")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"shm", "gloo"}));
   app.add_option("--hidden", o.model.hidden, "width of the Linear layers");
   app.add_option("--layers", o.model.layers, "number of Linear layers");
   app.add_option("--batch", o.batch, "samples per step");
@@ -118,23 +135,31 @@ int main(int argc, char** argv, const char* lab, const char* description, Run ru
   app.add_flag("--timeline", o.timeline, "print the last step's measured timeline");
   app.add_option("--trace", o.trace, "write the last step's Chrome trace JSON here");
   app.add_option("--svg", o.svg, "draw the last step's measured timeline here (SVG)");
+  if (add_options) add_options(app);
   CLI11_PARSE(app, argc, argv);
 
   at::set_num_threads(1);
-  auto world = mpp::init_process_group();
+  const bool gloo = o.transport == "gloo";
+  auto world = gloo ? mpp::init_process_group<mpp::Gloo>() : mpp::init_process_group<mpp::Shm>();
   if (world.rank() == 0)
     std::printf(
-        "%s\n%s: %d ranks, %d x Linear(%lld), batch %lld %s\n\n",
+        "%s\n%s: %d ranks over %s, %d x Linear(%lld), batch %lld %s\n\n",
         mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(), lab,
-        world.size(), o.model.layers, static_cast<long long>(o.model.hidden),
+        world.size(), gloo ? "Gloo" : "Shm", o.model.layers, static_cast<long long>(o.model.hidden),
         static_cast<long long>(o.batch),
         batching ? batching : ("in " + std::to_string(micro_batches) + " micro-batches").c_str());
+  auto over = [&](auto ranks) {
+    if (gloo)
+      run(world, o, ranks, Transport<mpp::Gloo>{});
+    else
+      run(world, o, ranks, Transport<mpp::Shm>{});
+  };
   switch (world.size()) {
     case 2:
-      run(world, o, std::integral_constant<int, 2>{});
+      over(std::integral_constant<int, 2>{});
       return 0;
     case 4:
-      run(world, o, std::integral_constant<int, 4>{});
+      over(std::integral_constant<int, 4>{});
       return 0;
     default:
       if (world.rank() == 0)
