@@ -203,15 +203,14 @@ class Mailbox {
       // only now and then, for other processes sharing the CPU.
       if (peer_shares_cpu(ops) || now >= next_yield) {
         ::sched_yield();
-        next_yield = Clock::now() + yield_every;
+        next_yield = now + yield_every;
       }
     }
     // Sleep on the bell, waking to check the deadline and the peers.
-    RankBlock& mine = me;
     const auto deadline = start + timeout;
     auto next_check = Clock::now() + milliseconds(100);
     for (;;) {
-      const std::uint32_t seen = mine.bell.load(std::memory_order_seq_cst);
+      const std::uint32_t seen = me.bell.load(std::memory_order_seq_cst);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         progress();
@@ -223,11 +222,11 @@ class Mailbox {
         }
         if (now >= deadline) throw std::runtime_error(timeout_text(ops, timeout));
       }
-      mine.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      me.sleepers.fetch_add(1, std::memory_order_seq_cst);
       const auto left = deadline - Clock::now();
       const auto slice = std::clamp<Clock::duration>(left, microseconds(1), milliseconds(20));
-      futex_wait(mine.bell, seen, duration_cast<microseconds>(slice));
-      mine.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      futex_wait(me.bell, seen, duration_cast<microseconds>(slice));
+      me.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     }
   }
 

@@ -43,6 +43,8 @@ class LayerCall {
  private:
   template <class Impl>
   bool bind() {
+    // The exact type only: a subclass may hide `forward` with its own (it is not virtual), and
+    // AnyModule would call the subclass's.
     if (any_->type_info() != typeid(Impl)) return false;
     self_ = dynamic_cast<Impl*>(any_->ptr().get());  // a virtual base: found once, here
     if (self_ == nullptr) return false;
