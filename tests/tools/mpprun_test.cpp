@@ -38,7 +38,7 @@ int nap(std::chrono::seconds total) {
 mpp::launch::LaunchResult run_mpprun(
     std::vector<std::string> args,
     std::function<void(int, mpp::launch::Stream, std::string_view)> on_line = {},
-    mpp::launch::EnvList env = {}) {
+    mpp::launch::EnvList env = {}, std::vector<std::string> unset = {}) {
   mpp::launch::LaunchOptions options;
   options.env = std::move(env);  // mpprun's own environment, which its ranks inherit
   options.command = {MPP_MPPRUN_PATH};
@@ -47,6 +47,7 @@ mpp::launch::LaunchResult run_mpprun(
   options.allocator_defaults = false;
   options.unset_env = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_",
                        "MALLOC_MMAP_THRESHOLD_"};
+  options.unset_env.insert(options.unset_env.end(), unset.begin(), unset.end());
   options.timeout = 60s;
   options.on_line = std::move(on_line);
   return mpp::launch::launch(options);
@@ -192,6 +193,57 @@ TEST_SUITE("mpprun") {
       CHECK(read_file(dir / "stderr.log") == "args: --mpp-worker=mpprun_env --flag x\n");
     }
     std::filesystem::remove_all(logs);
+  }
+
+  TEST_CASE(
+      "NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT from the environment act as the flags") {
+    // As a launcher script exports them; mpprun here is not a rank of another launcher.
+    const std::vector<std::string> outer = {"LOCAL_RANK"};
+    const mpp::launch::EnvList env = {{"NNODES", "2"},
+                                      {"NODE_RANK", "1"},
+                                      {"MASTER_ADDR", "127.0.0.1"},
+                                      {"MASTER_PORT", "29633"}};
+    const std::vector<std::string> job = {
+        "--nproc-per-node",       "2", "--log-dir", "", mpp::test::self_executable(),
+        "--mpp-worker=mpprun_env"};
+    auto result = run_mpprun(job, {}, env, outer);
+    auto output = result.ranks.at(0).output;
+    REQUIRE_MESSAGE(result.ok(), output);
+    for (const std::string line :
+         {"[rank2]: RANK=2", "[rank3]: RANK=3", "[rank3]: WORLD_SIZE=4", "[rank2]: NODE_RANK=1",
+          "[rank2]: MASTER_ADDR=127.0.0.1", "[rank3]: MASTER_PORT=29633"})
+      CHECK_MESSAGE(output.find(line + "\n") != std::string::npos, line);
+
+    // A flag wins over its variable.
+    std::vector<std::string> flagged = {"--node-rank", "0"};
+    flagged.insert(flagged.end(), job.begin(), job.end());
+    result = run_mpprun(flagged, {}, env, outer);
+    output = result.ranks.at(0).output;
+    REQUIRE_MESSAGE(result.ok(), output);
+    CHECK(output.find("[rank0]: RANK=0\n") != std::string::npos);
+    CHECK(output.find("[rank1]: NODE_RANK=0\n") != std::string::npos);
+    CHECK(output.find("[rank1]: MASTER_PORT=29633\n") != std::string::npos);
+
+    // Bad values name the variable and the fix, and start nothing.
+    result = run_mpprun(job, {}, {{"NODE_RANK", "one"}}, outer);
+    CHECK(result.ranks.at(0).status.exit_code == 2);
+    CHECK(result.ranks.at(0).output.find("NODE_RANK='one' (from the environment) is not an "
+                                         "integer") != std::string::npos);
+    CHECK(result.ranks.at(0).output.find("--node-rank") != std::string::npos);
+    CHECK(result.ranks.at(0).output.find("[rank") == std::string::npos);
+    result =
+        run_mpprun(job, {}, {{"NNODES", "2"}, {"NODE_RANK", "2"}, {"MASTER_PORT", "29633"}}, outer);
+    CHECK(result.ranks.at(0).status.exit_code == 2);
+    CHECK(result.ranks.at(0).output.find("--node-rank must be in [0, nnodes)") !=
+          std::string::npos);
+    CHECK(result.ranks.at(0).output.find("(from the environment: NNODES=2, NODE_RANK=2, "
+                                         "MASTER_PORT=29633)") != std::string::npos);
+
+    // Run as a rank of another launcher (LOCAL_RANK set), mpprun leaves the outer job's
+    // variables alone: NNODES=2 without a port would otherwise be refused.
+    result =
+        run_mpprun({"--nproc-per-node", "1", "--log-dir", "", "/bin/true"}, {}, {{"NNODES", "2"}});
+    CHECK(result.ok());
   }
 
   TEST_CASE("a thread or allocator variable the caller set wins over mpprun's default") {

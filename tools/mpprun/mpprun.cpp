@@ -4,11 +4,14 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mpp/launch/launch.hpp"
+#include "mpp/launch/layout_environment.hpp"
 
 namespace {
 
@@ -57,7 +60,10 @@ PyTorch: whoever reaches the port can read and write its keys. On one host it li
 127.0.0.1 only; across hosts on the one address of rank 0's host that reaches the peers (the
 interface of MASTER_ADDR), so run multi-node jobs only on a trusted network or behind a firewall.
 Multi-node: start one mpprun per node with the same --nnodes, --master-addr and --master-port and
-its own --node-rank.)";
+its own --node-rank. Each of the four may instead come from the environment, as a launcher script
+exports them: NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT (a flag wins over its variable). They are
+not read when mpprun itself runs as a rank of another launcher (LOCAL_RANK is set): they then
+describe the outer job.)";
 
 }  // namespace
 
@@ -79,18 +85,23 @@ int main(int argc, char** argv) {
                  "Ranks to start on this node")
       ->required()
       ->check(CLI::PositiveNumber);
-  app.add_option("--nnodes", layout.nnodes, "Number of nodes in the job")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--node-rank,--node_rank", layout.node_rank, "This node's index in [0, nnodes)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--master-addr,--master_addr", layout.master_addr,
-                 "Address of the host running rank 0")
-      ->capture_default_str();
-  app.add_option("--master-port,--master_port", layout.master_port,
-                 "Rendezvous port (default: a free port; required with --nnodes > 1)")
-      ->check(CLI::Range(1, 65535));
+  CLI::Option* nnodes_flag =
+      app.add_option("--nnodes", layout.nnodes, "Number of nodes in the job (or NNODES)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+  CLI::Option* node_rank_flag = app.add_option("--node-rank,--node_rank", layout.node_rank,
+                                               "This node's index in [0, nnodes) (or NODE_RANK)")
+                                    ->capture_default_str()
+                                    ->check(CLI::NonNegativeNumber);
+  CLI::Option* master_addr_flag =
+      app.add_option("--master-addr,--master_addr", layout.master_addr,
+                     "Address of the host running rank 0 (or MASTER_ADDR)")
+          ->capture_default_str();
+  CLI::Option* master_port_flag =
+      app.add_option("--master-port,--master_port", layout.master_port,
+                     "Rendezvous port (or MASTER_PORT; default: a free port; required with "
+                     "--nnodes > 1)")
+          ->check(CLI::Range(1, 65535));
   app.add_option("--log-dir,--log_dir", log_dir,
                  "Per-rank logs go to <dir>/rank_<r>/ (empty string: no log files)")
       ->capture_default_str();
@@ -128,6 +139,31 @@ int main(int argc, char** argv) {
                  "mpprun: no program given; usage: mpprun --nproc-per-node N prog [args...] "
                  "(see mpprun --help)\n");
     return 2;
+  }
+
+  // The variables a launcher script exports stand in for the flags it did not pass.
+  std::string from_environment;
+  if (!std::getenv("LOCAL_RANK")) {
+    mpp::launch::WorldLayout env_layout = layout;
+    try {
+      mpp::launch::apply_layout_environment(env_layout, [](std::string_view name) {
+        const char* value = std::getenv(std::string(name).c_str());
+        return value ? std::optional<std::string>(value) : std::nullopt;
+      });
+    } catch (const mpp::launch::LaunchError& error) {
+      std::fprintf(stderr, "%s\n", error.what());
+      return 2;
+    }
+    auto take = [&](CLI::Option* flag, const char* name, auto& field, const auto& env_value) {
+      if (flag->count() > 0 || field == env_value) return;
+      field = env_value;
+      from_environment +=
+          std::string(from_environment.empty() ? "" : ", ") + name + "=" + std::getenv(name);
+    };
+    take(nnodes_flag, "NNODES", layout.nnodes, env_layout.nnodes);
+    take(node_rank_flag, "NODE_RANK", layout.node_rank, env_layout.node_rank);
+    take(master_addr_flag, "MASTER_ADDR", layout.master_addr, env_layout.master_addr);
+    take(master_port_flag, "MASTER_PORT", layout.master_port, env_layout.master_port);
   }
 
   install_stop_handlers();
@@ -178,7 +214,9 @@ int main(int argc, char** argv) {
                    max_restarts);
     }
   } catch (const mpp::launch::LaunchError& error) {
-    std::fprintf(stderr, "%s\n", error.what());
+    std::fprintf(stderr, "%s%s%s\n", error.what(),
+                 from_environment.empty() ? "" : " (from the environment: ",
+                 from_environment.empty() ? "" : (from_environment + ")").c_str());
     return 2;
   }
 }

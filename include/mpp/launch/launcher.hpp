@@ -43,7 +43,7 @@ struct LaunchOptions {
   std::vector<std::string> command;  // program and its arguments, the same for every rank
   WorldLayout layout;
   EnvList env;                         // extra variables for every rank; they win over all others
-  std::vector<std::string> unset_env;  // inherited variables to remove (e.g. to test env errors)
+  std::vector<std::string> unset_env;  // inherited or rank variables to remove (not `env`'s)
   // One thread per rank unless the caller's environment or `env` says otherwise: ranks share
   // the cores, and OpenMP/OpenBLAS would otherwise each start one thread per core.
   bool single_thread_defaults = true;
@@ -239,7 +239,9 @@ inline LaunchResult launch(const LaunchOptions& options) {
   for (int local = 0; local < count; ++local) {
     EnvList env = common;
     for (auto& entry : rank_environment(layout, local, options.restart_count, options.max_restarts))
-      env.push_back(std::move(entry));
+      if (std::find(options.unset_env.begin(), options.unset_env.end(), entry.first) ==
+          options.unset_env.end())
+        env.push_back(std::move(entry));
     env.insert(env.end(), options.env.begin(), options.env.end());
     try {
       running[local].child =
