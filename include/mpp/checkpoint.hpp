@@ -1,5 +1,6 @@
 #pragma once
-// Checkpoints loaded whole or refused, readable by torch.load; sharded across ranks.
+/// \namespace mpp::checkpoint
+/// Checkpoints loaded whole or refused, readable by torch.load; sharded across ranks.
 #include "mpp/checkpoint/checkpoint.hpp"
 #include "mpp/checkpoint/sharded.hpp"
 #include "mpp/checkpoint/sharded_optimizer.hpp"

@@ -1,5 +1,6 @@
 #pragma once
-// The course's models: the 16-layer MLP and the tiny transformer, with its config and corpus.
+/// \namespace mpp::models
+/// The course's models: the 16-layer MLP and the tiny transformer, with its config and corpus.
 #include "mpp/models/char_corpus.hpp"
 #include "mpp/models/mlp.hpp"
 #include "mpp/models/tiny_transformer.hpp"

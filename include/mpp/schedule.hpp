@@ -1,6 +1,11 @@
 #pragma once
 // mpp/schedule.hpp — compile-time pipeline schedules and their static verification.
 // Standard library only: no LibTorch.
+
+/// \namespace mpp
+/// mpp's public API. The launcher, checkpoints, models, traces and utilities have namespaces of
+/// their own below it; names in a namespace `detail` are internals.
+
 #include "mpp/schedule/action.hpp"
 #include "mpp/schedule/action_format.hpp"
 #include "mpp/schedule/comm_semantics.hpp"

@@ -17,6 +17,7 @@
 #include <system_error>
 #include <vector>
 
+/// Helpers that need neither LibTorch nor the rest of mpp.
 namespace mpp::util {
 
 enum class BlasKind { none, openblas, reference, blis, mkl, atlas, other };
