@@ -102,11 +102,15 @@ struct CommOptions {
   }
 };
 
+/// How backend tag B becomes a c10d process group: its `c10d_name`, the Gloo `device()` to use
+/// and `make()`, which connects the group. Specialised per backend.
 template <comm_backend B>
-struct backend_traits;  // specialised per backend
+struct backend_traits;
 
+/// Gloo over TCP: loopback when every rank shares this host, otherwise a network interface.
 template <>
 struct backend_traits<Gloo> {
+  /// The name c10d knows the backend by.
   static constexpr std::string_view c10d_name = "gloo";
 
   /// Loopback when every rank shares this host; otherwise the interface named in the options,
@@ -121,6 +125,8 @@ struct backend_traits<Gloo> {
         detail::local_address_towards(env.master_addr, env.master_port));
   }
 
+  /// Connects a Gloo group of `size` ranks through `store` over `device` (a collective: every rank
+  /// calls it); `timeout` bounds its every wait. Two threads of Gloo run its collectives.
   static c10::intrusive_ptr<c10d::ProcessGroup> make(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
       const std::shared_ptr<::gloo::transport::Device>& device, std::chrono::milliseconds timeout) {
@@ -132,13 +138,17 @@ struct backend_traits<Gloo> {
 };
 
 #ifdef MPP_WITH_NCCL
+/// NCCL, only when mpp is built with MPP_WITH_NCCL.
 template <>
 struct backend_traits<Nccl> {
+  /// The name c10d knows the backend by.
   static constexpr std::string_view c10d_name = "nccl";
-  // NCCL picks its own transport; the Gloo device argument is unused.
+  /// No Gloo device: NCCL picks its own transport.
   static std::shared_ptr<::gloo::transport::Device> device(const Environment&, const CommOptions&) {
     return nullptr;
   }
+  /// Connects an NCCL group of `size` ranks through `store`, with `timeout` as NCCL's timeout; the
+  /// device argument is unused.
   static c10::intrusive_ptr<c10d::ProcessGroup> make(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
       const std::shared_ptr<::gloo::transport::Device>&, std::chrono::milliseconds timeout) {

@@ -28,9 +28,11 @@ namespace mpp {
 /// Requests of one step that must all complete before the step ends.
 class PendingRequests {
  public:
+  /// Keeps `r` while it is pending (a completed request is dropped at once).
   void add(Request r) {
     if (r.pending()) requests_.push_back(std::move(r));
   }
+  /// Requests kept and not yet waited.
   std::size_t size() const { return requests_.size(); }
   /// Waits for all of them (the first error is rethrown after the others were waited).
   void wait_all() {
@@ -42,23 +44,36 @@ class PendingRequests {
   std::vector<Request> requests_;
 };
 
+/// A process group seen through comm policy C: send() and recv() complete before they return
+/// (Blocking) or return pending Requests (Async), so an executor is written once for both.
 template <comm_policy C>
 class Communicator {
  public:
+  /// The comm policy (`Blocking<B>` or `Async<B>`).
   using policy = C;
+  /// The policy's backend tag (Gloo, Shm, ...).
   using backend = typename C::backend;
+  /// True under rendezvous semantics (`Blocking<B>`): send() and recv() return completed Requests.
   static constexpr bool blocking = C::semantics == CommSemantics::rendezvous;
 
+  /// Wraps `group`; throws std::invalid_argument unless it was created over C's backend.
   explicit Communicator(ProcessGroup group) : group_(std::move(group)) {
     require_backend<C>(group_, "Communicator<" + comm_display_name<C>() + ">");
   }
 
+  /// The underlying process group.
   const ProcessGroup& group() const { return group_; }
+  /// This rank in the group, in [0, size()).
   int rank() const { return group_.rank(); }
+  /// Number of ranks in the group.
   int size() const { return group_.size(); }
+  /// The rank of the next stage; -1 on the last stage.
   int next_rank() const { return group_.next_rank(); }
+  /// The rank of the previous stage; -1 on the first stage.
   int prev_rank() const { return group_.prev_rank(); }
+  /// Whether this rank runs the first stage (rank 0).
   bool is_first() const { return group_.is_first(); }
+  /// Whether this rank runs the last stage (rank size() - 1).
   bool is_last() const { return group_.is_last(); }
 
   /// Blocking: returns once `dst` has the tensor. Async: returns the pending send.
@@ -81,11 +96,15 @@ class Communicator {
     }
   }
 
+  /// Blocking: reduces `t` in place over the group with `op` (every rank of the group calls it).
   void all_reduce(const at::Tensor& t, ReduceOp op = ReduceOp::sum) const {
     group_.all_reduce(t, op);
   }
+  /// Blocking: averages `t` in place over the group (floating-point or complex tensors).
   void all_reduce_mean(const at::Tensor& t) const { group_.all_reduce_mean(t); }
+  /// Blocking: copies `root`'s `t` into every rank's `t`.
   void broadcast(const at::Tensor& t, int root) const { group_.broadcast(t, root); }
+  /// Returns once every rank of the group has called it.
   void barrier() const { group_.barrier(); }
 
  private:

@@ -20,8 +20,15 @@
 
 namespace mpp {
 
-enum class Launcher { single, torchrun, open_mpi, slurm };
+/// The launcher whose variables described the job.
+enum class Launcher {
+  single,    ///< none: the default of Environment{} (parse_environment() requires a launcher)
+  torchrun,  ///< torchrun or mpprun: RANK, WORLD_SIZE, LOCAL_RANK, ...
+  open_mpi,  ///< Open MPI's mpirun: OMPI_COMM_WORLD_RANK, ...
+  slurm      ///< SLURM's srun: SLURM_PROCID, SLURM_NTASKS, ...
+};
 
+/// The launcher's name in messages ("torchrun/mpprun", "SLURM", ...).
 constexpr std::string_view launcher_name(Launcher l) {
   switch (l) {
     case Launcher::single:
@@ -38,14 +45,14 @@ constexpr std::string_view launcher_name(Launcher l) {
 
 /// One rank's place in the job, as its launcher described it.
 struct Environment {
-  int rank = 0;                           // global rank, in [0, world_size)
-  int world_size = 1;                     // number of ranks in the job
-  int local_rank = 0;                     // rank among the processes of this host
-  int local_world_size = 1;               // processes on this host
-  int node_rank = 0;                      // which host (node) this is, in [0, nodes)
-  std::string master_addr = "127.0.0.1";  // host of rank 0, which serves the rendezvous store
-  int master_port = 29500;
-  Launcher launcher = Launcher::single;
+  int rank = 0;                           ///< global rank, in [0, world_size)
+  int world_size = 1;                     ///< number of ranks in the job
+  int local_rank = 0;                     ///< rank among the processes of this host
+  int local_world_size = 1;               ///< processes on this host
+  int node_rank = 0;                      ///< which host (node) this is, in [0, nodes)
+  std::string master_addr = "127.0.0.1";  ///< host of rank 0, which serves the rendezvous store
+  int master_port = 29500;                ///< port of the rendezvous store on master_addr
+  Launcher launcher = Launcher::single;   ///< whose variables these values come from
 
   /// All ranks share this host: the process group can stay on loopback.
   bool single_host() const { return local_world_size == world_size; }

@@ -11,6 +11,7 @@ namespace mpp {
 /// The launch environment is missing a variable or holds contradictory ones.
 class EnvironmentError : public std::runtime_error {
  public:
+  /// `variable` is the variable at fault; `message` is what what() returns.
   EnvironmentError(std::string variable, const std::string& message)
       : std::runtime_error(message), variable_(std::move(variable)) {}
   /// The variable at fault (e.g. "WORLD_SIZE").
@@ -23,6 +24,8 @@ class EnvironmentError : public std::runtime_error {
 /// A communication operation failed (peer gone, rendezvous refused, bad argument to c10d).
 class CommError : public std::runtime_error {
  public:
+  /// `operation` and `peer` as operation() and peer() report them; `message` is what what()
+  /// returns.
   CommError(std::string operation, int peer, const std::string& message)
       : std::runtime_error(message), operation_(std::move(operation)), peer_(peer) {}
   /// What was being done: "send", "recv", "all_reduce", "init", ...
@@ -38,9 +41,11 @@ class CommError : public std::runtime_error {
 /// A communication operation did not complete within its deadline.
 class CommTimeout : public CommError {
  public:
+  /// As CommError, plus the `deadline` that passed.
   CommTimeout(std::string operation, int peer, std::chrono::milliseconds deadline,
               const std::string& message)
       : CommError(std::move(operation), peer, message), deadline_(deadline) {}
+  /// The deadline that passed (CommOptions::timeout for an operation, init_timeout for joining).
   std::chrono::milliseconds deadline() const noexcept { return deadline_; }
 
  private:

@@ -11,17 +11,22 @@
 
 namespace mpp {
 
-/// Backend tags.
+/// Backend tag: Gloo over TCP (loopback when every rank shares the host), through c10d's
+/// ProcessGroupGloo.
 struct Gloo {
+  /// Display name, as in "Async<Gloo>".
   static constexpr std::string_view name = "Gloo";
 };
+/// Backend tag: NCCL, available only when mpp is built with MPP_WITH_NCCL.
 struct Nccl {
+  /// Display name, as in "Async<Nccl>".
   static constexpr std::string_view name = "Nccl";
 };
 /// Ranks of one host: send/recv, broadcast, all-reduce, all_gather_runs and reduce_scatter_runs
 /// through a shared-memory segment, the other collectives through Gloo (mpp/comm/shm_group.hpp).
 /// Refused at creation when the ranks are on several hosts.
 struct Shm {
+  /// Display name, as in "Async<Shm>".
   static constexpr std::string_view name = "Shm";
   /// Bytes of a tensor copied and reduced per step; the segment holds buffers x ranks of them.
   static constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
@@ -38,6 +43,7 @@ struct Shm {
   static constexpr long spin_us = 2000;
 };
 
+/// A backend tag (Gloo, Nccl, Shm): a type with a static display `name`.
 template <class B>
 concept comm_backend = requires {
   { B::name } -> std::convertible_to<std::string_view>;
@@ -50,19 +56,27 @@ concept comm_backend = requires {
 /// schedule proven deadlock-free for rendezvous stays so over Shm.
 template <comm_backend Backend>
 struct Blocking {
+  /// The backend tag.
   using backend = Backend;
+  /// Schedules are lowered and verified as if every send waited for its receiver.
   static constexpr CommSemantics semantics = CommSemantics::rendezvous;
+  /// Display name, as in "Blocking<Gloo>".
   static constexpr std::string_view name = "Blocking";
 };
 
 /// Asynchronous point-to-point: receives posted ahead, send handles kept and waited.
 template <comm_backend Backend>
 struct Async {
+  /// The backend tag.
   using backend = Backend;
+  /// Schedules are lowered and verified with sends that do not wait for their receiver.
   static constexpr CommSemantics semantics = CommSemantics::buffered;
+  /// Display name, as in "Async<Gloo>".
   static constexpr std::string_view name = "Async";
 };
 
+/// A comm policy (`Blocking<B>`, `Async<B>`): its backend tag, the semantics its schedules are
+/// verified under, and a display name.
 template <class C>
 concept comm_policy = requires {
   typename C::backend;

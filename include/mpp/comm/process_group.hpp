@@ -460,29 +460,46 @@ auto run_with_deadline(Fn fn, std::chrono::milliseconds limit, OnTimeout on_time
 
 }  // namespace detail
 
+/// The ranks of a job, or of a sub-group of it, and the operations between them: a cheap handle,
+/// whose copies share one connection. Create the job's group with init_process_group(), sub-groups
+/// with new_group() or split().
 class ProcessGroup {
  public:
   /// A handle to no group (what a rank outside a sub-group gets).
   ProcessGroup() = default;
+  /// A handle to a connected group; init_process_group() and new_group() build them.
   explicit ProcessGroup(std::shared_ptr<detail::GroupState> state) : state_(std::move(state)) {}
 
   // ---- who is in the group -------------------------------------------------------------------
+  /// False for an empty handle, on which every other call throws std::logic_error, and on ranks
+  /// outside a sub-group, where only global_rank(), global_rank_of(), global_ranks(), options()
+  /// and backend_name() answer and the rest throws std::logic_error.
   bool is_member() const { return state_ && state_->rank >= 0; }
+  /// This rank in the group, in [0, size()).
   int rank() const { return member().rank; }
+  /// Number of ranks in the group.
   int size() const { return static_cast<int>(member().global_ranks.size()); }
   /// This process's rank in the whole job.
   int global_rank() const { return state().global_rank; }
   /// The global rank of rank `r` of this group.
   int global_rank_of(int r) const { return state().global_ranks.at(static_cast<std::size_t>(r)); }
+  /// The global rank of every rank of the group, in group order.
   const std::vector<int>& global_ranks() const { return state().global_ranks; }
+  /// The deadlines and network interface the group was created with.
   const CommOptions& options() const { return state().options; }
+  /// The backend tag's name: "Gloo", "Shm", ...
   std::string_view backend_name() const { return state().backend; }
 
   // ---- topology of a chain of stages ---------------------------------------------------------
+  /// This rank's place in the chain of the group's ranks.
   Topology topology() const { return {rank(), size()}; }
+  /// The rank of the next stage; -1 on the last stage.
   int next_rank() const { return topology().next_rank(); }
+  /// The rank of the previous stage; -1 on the first stage.
   int prev_rank() const { return topology().prev_rank(); }
+  /// Whether this rank runs the first stage (rank 0).
   bool is_first() const { return topology().is_first(); }
+  /// Whether this rank runs the last stage (rank size() - 1).
   bool is_last() const { return topology().is_last(); }
 
   // ---- point to point ------------------------------------------------------------------------
@@ -496,18 +513,23 @@ class ProcessGroup {
   [[nodiscard]] Request irecv(const at::Tensor& tensor, int src, int tag = 0) const {
     return post_recv("irecv", tensor, src, tag);
   }
-  /// Blocking send: returns once `dst` has received (Gloo's send completes only then).
+  /// Blocking send: returns once `dst` has received (Gloo's send completes only then; Shm's once
+  /// the message is in the ring to `dst`).
   void send(const at::Tensor& tensor, int dst, int tag = 0) const {
     post_send("send", tensor, dst, tag).wait();
   }
+  /// Blocking receive into `tensor` from `src`'s send with the same `tag` (same shape and dtype).
   void recv(const at::Tensor& tensor, int src, int tag = 0) const {
     post_recv("recv", tensor, src, tag).wait();
   }
 
   // ---- collectives (every rank of the group calls them in the same order) ---------------------
+  /// Starts reducing `tensor` in place over the group with `op`; every rank of the group calls it.
+  /// Read `tensor` only after the Request was waited.
   [[nodiscard]] Request iall_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::sum) const {
     return post_all_reduce("all_reduce", tensor, op, false);
   }
+  /// Blocking iall_reduce(): returns once `tensor` holds the reduction.
   void all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::sum) const {
     post_all_reduce("all_reduce", tensor, op, false).wait();
   }
@@ -515,6 +537,7 @@ class ProcessGroup {
   [[nodiscard]] Request iall_reduce_mean(const at::Tensor& tensor) const {
     return post_all_reduce("all_reduce_mean", tensor, ReduceOp::sum, true);
   }
+  /// Blocking iall_reduce_mean(); throws std::invalid_argument for integer and bool tensors.
   void all_reduce_mean(const at::Tensor& tensor) const {
     post_all_reduce("all_reduce_mean", tensor, ReduceOp::sum, true).wait();
   }
@@ -522,6 +545,7 @@ class ProcessGroup {
   [[nodiscard]] Request ibroadcast(const at::Tensor& tensor, int root) const {
     return post_broadcast(tensor, root);
   }
+  /// Blocking ibroadcast(); throws std::invalid_argument when `root` is not a rank of the group.
   void broadcast(const at::Tensor& tensor, int root) const { post_broadcast(tensor, root).wait(); }
   /// Every rank owns one run of the flat tensor `flat`: `runs[r]` = {offset, numel} of rank r,
   /// the same list on every rank, the runs tiling `flat` in any order (a rank may own nothing:
@@ -534,6 +558,7 @@ class ProcessGroup {
       const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) const {
     return post_all_gather_runs(flat, runs);
   }
+  /// Blocking iall_gather_runs(); throws std::invalid_argument when the runs do not tile `flat`.
   void all_gather_runs(const at::Tensor& flat,
                        const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) const {
     post_all_gather_runs(flat, runs).wait();
@@ -549,11 +574,14 @@ class ProcessGroup {
       ReduceOp op = ReduceOp::sum) const {
     return post_reduce_scatter_runs(flat, runs, op);
   }
+  /// Blocking ireduce_scatter_runs(); throws std::invalid_argument when the runs do not tile
+  /// `flat`.
   void reduce_scatter_runs(const at::Tensor& flat,
                            const std::vector<std::pair<std::int64_t, std::int64_t>>& runs,
                            ReduceOp op = ReduceOp::sum) const {
     post_reduce_scatter_runs(flat, runs, op).wait();
   }
+  /// Returns once every rank of the group has called it (deadline: options().timeout).
   void barrier() const {
     auto& s = member();
     auto info = op_info("barrier", -1, -1, at::Tensor(), /*collective=*/true);

@@ -4,8 +4,18 @@
 
 namespace mpp {
 
-enum class ReduceOp { sum, product, min, max, band, bor, bxor };
+/// Reduction operators of all_reduce.
+enum class ReduceOp {
+  sum,      ///< sum over the ranks
+  product,  ///< product over the ranks
+  min,      ///< element-wise minimum
+  max,      ///< element-wise maximum
+  band,     ///< bitwise and (integer and bool tensors)
+  bor,      ///< bitwise or (integer and bool tensors)
+  bxor      ///< bitwise exclusive or (integer and bool tensors)
+};
 
+/// The operator's name in messages ("sum", "max", ...).
 constexpr std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum:

@@ -131,11 +131,16 @@ inline std::string op_heading(const OpInfo& info) {
 
 }  // namespace detail
 
+/// A pending communication, as isend(), irecv(), iall_reduce(), ... return it: wait() it, or its
+/// destructor does. Move-only.
 class Request {
  public:
   /// An already-completed request (what a blocking policy returns).
   Request() = default;
 
+  /// Wraps c10d's `work`; made by ProcessGroup. `staging` is the buffer c10d reads or writes (kept
+  /// alive until completion); wait() divides it by `divisor` unless that is 0, then copies it into
+  /// `target` when that is defined.
   Request(c10::intrusive_ptr<c10d::Work> work, detail::OpInfo info, at::Tensor staging = {},
           at::Tensor target = {}, double divisor = 0.0)
       : work_(std::move(work)),
@@ -145,6 +150,7 @@ class Request {
         divisor_(divisor),
         exceptions_at_start_(std::uncaught_exceptions()) {}
 
+  /// Takes over `other`'s operation; `other` is left completed.
   Request(Request&& other) noexcept
       : work_(std::exchange(other.work_, {})),
         info_(std::move(other.info_)),
@@ -167,9 +173,13 @@ class Request {
     return *this;
   }
 
+  /// Not copyable: one handle per operation.
   Request(const Request&) = delete;
+  /// Not copyable: one handle per operation.
   Request& operator=(const Request&) = delete;
 
+  /// Waits while pending; if that wait fails, prints the error and terminates the process. During
+  /// stack unwinding the operation is abandoned instead.
   ~Request() {
     if (!work_) return;
     if (std::uncaught_exceptions() > exceptions_at_start_) return;  // unwinding: abandon
@@ -207,6 +217,7 @@ class Request {
     target_ = at::Tensor();
   }
 
+  /// What the operation is (name, peer, tag, tensor), as its error messages describe it.
   const detail::OpInfo& info() const noexcept { return info_; }
 
  private:

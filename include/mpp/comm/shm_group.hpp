@@ -301,10 +301,14 @@ inline void check_owned_runs(const at::Tensor& flat,
 /// passes.
 class ShmWork : public c10d::Work {
  public:
+  /// Made by ShmProcessGroup: work `number` in the group's submission order; `progress` is where
+  /// the worker reports what it waits for.
   ShmWork(int rank, c10d::OpType type, std::uint64_t number,
           std::shared_ptr<detail::shm::Progress> progress)
       : c10d::Work(rank, type), number_(number), progress_(std::move(progress)) {}
 
+  /// Waits until the worker has completed it and rethrows the worker's error; past `timeout` throws
+  /// std::runtime_error naming what the worker waits for.
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
     std::unique_lock<std::mutex> lock(mutex_);
     if (timeout == ::kNoTimeout) {
@@ -320,6 +324,8 @@ class ShmWork : public c10d::Work {
     return true;
   }
 
+  /// Its place in the group's submission order (1 for the first collective; a barrier carries the
+  /// number of the collective queued before it).
   std::uint64_t number() const { return number_; }
 
  private:
@@ -344,6 +350,9 @@ class ShmWork : public c10d::Work {
 /// one and is copied over when the wait returns.
 class ShmMailWork : public c10d::Work {
  public:
+  /// Made by ShmProcessGroup: the sends and receives `ops` posted on `mailbox`. A wait without a
+  /// timeout is bounded by `default_timeout`; `target`, when defined, is the caller's
+  /// non-contiguous tensor the first receive is copied into.
   ShmMailWork(int rank, c10d::OpType type, std::shared_ptr<detail::shm::Mailbox> mailbox,
               std::vector<std::shared_ptr<detail::shm::MailOp>> ops,
               std::chrono::milliseconds default_timeout, at::Tensor target = {})
@@ -353,6 +362,7 @@ class ShmMailWork : public c10d::Work {
         default_timeout_(default_timeout),
         target_(std::move(target)) {}
 
+  /// Non-blocking: whether every send and receive is done (moves the rings along).
   bool isCompleted() override { return done_ || mailbox_->test(ops_); }
 
   /// Without a timeout (c10d's kNoTimeout), the group's deadline applies.
@@ -375,9 +385,13 @@ class ShmMailWork : public c10d::Work {
 
 /// How a ShmProcessGroup is laid out and waits; every rank of a group passes the same.
 struct ShmOptions {
+  /// Bytes of a tensor copied and reduced per step: a multiple of 64, at least 4096.
   std::size_t chunk_bytes = Shm::chunk_bytes;
+  /// Chunks a rank may copy in ahead of the slowest peer: 2 to 16.
   std::size_t buffers = Shm::buffers;
+  /// Bytes of the ring from one rank to another: a multiple of 64, at least 4096.
   std::size_t ring_bytes = Shm::ring_bytes;
+  /// How long a waiting rank spins before it sleeps; MPP_SHM_SPIN_US overrides it.
   std::chrono::microseconds spin{Shm::spin_us};
 };
 
@@ -422,6 +436,7 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     init();
   }
 
+  /// Lets the worker thread finish the queued work, then stops it.
   ~ShmProcessGroup() override {
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -431,11 +446,14 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     if (worker_.joinable()) worker_.join();
   }
 
+  /// "mpp-shm".
   const std::string getBackendName() const override { return "mpp-shm"; }
 
   /// The segment's name under /dev/shm (already unlinked once the group exists); empty for 1 rank.
   std::string segment_name() const { return segment_ ? segment_->name() : std::string(); }
+  /// The Gloo group that runs what shared memory does not.
   c10d::ProcessGroup& inner() const { return *inner_; }
+  /// Bytes per chunk of an all-reduce (ShmOptions::chunk_bytes).
   std::size_t chunk_bytes() const { return layout_.chunk_bytes; }
 
   /// Whether an all-reduce goes through shared memory (the same answer on every rank, since the
@@ -458,6 +476,8 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     }
   }
 
+  /// Through shared memory when handles() says so (queued to the worker thread, run in submission
+  /// order); otherwise the inner Gloo group's.
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override {
@@ -543,66 +563,80 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   }
 
   // ---- everything else is Gloo's -------------------------------------------------------------
+  /// The inner Gloo group's allreduce_coalesced.
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override {
     return inner_->allreduce_coalesced(tensors, opts);
   }
+  /// The inner Gloo group's reduce.
   c10::intrusive_ptr<c10d::Work> reduce(
       std::vector<at::Tensor>& tensors,
       const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override {
     return inner_->reduce(tensors, opts);
   }
+  /// The inner Gloo group's allgather.
   c10::intrusive_ptr<c10d::Work> allgather(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override {
     return inner_->allgather(outputs, inputs, opts);
   }
+  /// The inner Gloo group's _allgather_base.
   c10::intrusive_ptr<c10d::Work> _allgather_base(
       at::Tensor& output, at::Tensor& input,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override {
     return inner_->_allgather_base(output, input, opts);
   }
+  /// The inner Gloo group's allgather_coalesced.
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override {
     return inner_->allgather_coalesced(outputs, inputs, opts);
   }
+  /// The inner Gloo group's gather.
   c10::intrusive_ptr<c10d::Work> gather(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::GatherOptions& opts = c10d::GatherOptions()) override {
     return inner_->gather(outputs, inputs, opts);
   }
+  /// The inner Gloo group's scatter.
   c10::intrusive_ptr<c10d::Work> scatter(
       std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override {
     return inner_->scatter(outputs, inputs, opts);
   }
+  /// The inner Gloo group's reduce_scatter.
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
       std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override {
     return inner_->reduce_scatter(outputs, inputs, opts);
   }
+  /// The inner Gloo group's _reduce_scatter_base.
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override {
     return inner_->_reduce_scatter_base(output, input, opts);
   }
+  /// The inner Gloo group's alltoall_base.
   c10::intrusive_ptr<c10d::Work> alltoall_base(
       at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_counts,
       std::vector<int64_t>& input_counts,
       const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override {
     return inner_->alltoall_base(output, input, output_counts, input_counts, opts);
   }
+  /// The inner Gloo group's alltoall.
   c10::intrusive_ptr<c10d::Work> alltoall(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override {
     return inner_->alltoall(outputs, inputs, opts);
   }
+  /// The inner Gloo group's monitoredBarrier.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks = false) override {
     inner_->monitoredBarrier(opts, wait_all_ranks);
   }
+  /// The inner Gloo group's setSequenceNumberForGroup.
   void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
+  /// The inner Gloo group's getSequenceNumberForGroup.
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
 
   // ---- point to point and broadcast through the rings ------------------------------------------
@@ -615,6 +649,8 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     return mail_work(c10d::OpType::SEND,
                      {mailbox_->post_send(wire, dst, detail::shm::MessageKind::p2p, tag)});
   }
+  /// Receives `src`'s send with the same `tag`, in order, through the ring; a non-contiguous tensor
+  /// is filled when the wait returns. One dense CPU tensor (std::invalid_argument otherwise).
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     const at::Tensor& t = single_cpu_tensor(tensors, "recv");
     if (!mailbox_) return inner_->recv(tensors, src, tag);
@@ -624,6 +660,7 @@ class ShmProcessGroup : public c10d::ProcessGroup {
                      {mailbox_->post_recv(wire, src, detail::shm::MessageKind::p2p, tag)},
                      in_place ? at::Tensor() : t);
   }
+  /// Not supported over Shm: throws std::invalid_argument.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
     throw std::invalid_argument(
         "mpp: a receive from any source is not supported over Shm; name the sender (recv(tensor, "
@@ -1005,8 +1042,10 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   std::thread worker_;
 };
 
+/// Shm: a ShmProcessGroup over an inner Gloo group, for ranks of one host.
 template <>
 struct backend_traits<Shm> {
+  /// The name the group reports (getBackendName()).
   static constexpr std::string_view c10d_name = "mpp-shm";
 
   /// The inner Gloo group's device: loopback, since the ranks share this host.
@@ -1015,6 +1054,8 @@ struct backend_traits<Shm> {
     return backend_traits<Gloo>::device(env, opts);
   }
 
+  /// Checks that every rank is on this host (CommError naming the ranks otherwise), then connects
+  /// the inner Gloo group and maps the shared segment (a collective: every rank calls it).
   static c10::intrusive_ptr<c10d::ProcessGroup> make(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
       const std::shared_ptr<::gloo::transport::Device>& device, std::chrono::milliseconds timeout) {

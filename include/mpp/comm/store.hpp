@@ -58,14 +58,17 @@ namespace mpp {
 /// message (init says "rank 0 is not running", a collective's census says "rank 0 is gone").
 class StoreError : public std::runtime_error {
  public:
+  /// What failed.
   enum class Kind {
-    unreachable,  // nothing accepted the connection before the deadline
-    not_a_store,  // something accepted but did not answer like this store (another program?)
-    timed_out,    // the keys did not appear in time
-    lost,         // the connection broke (the serving process exited or crashed)
-    cannot_serve  // the server could not listen on its address and port
+    unreachable,  ///< nothing accepted the connection before the deadline
+    not_a_store,  ///< something accepted but did not answer like this store (another program?)
+    timed_out,    ///< the keys did not appear in time
+    lost,         ///< the connection broke (the serving process exited or crashed)
+    cannot_serve  ///< the server could not listen on its address and port
   };
+  /// `message` is what what() returns.
   StoreError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  /// What failed, for the caller's own wording.
   Kind kind() const noexcept { return kind_; }
 
  private:
@@ -213,9 +216,12 @@ class StoreServer {
     thread_ = std::thread([this] { run(); });
   }
 
+  /// Not copyable: it owns the socket and the serving thread.
   StoreServer(const StoreServer&) = delete;
+  /// Not copyable: it owns the socket and the serving thread.
   StoreServer& operator=(const StoreServer&) = delete;
 
+  /// Stops the serving thread and closes every connection.
   ~StoreServer() {
     const char byte = 0;
     [[maybe_unused]] auto n = ::write(wake_[1], &byte, 1);
@@ -226,7 +232,9 @@ class StoreServer {
     ::close(wake_[1]);
   }
 
+  /// The port it listens on (the one chosen when constructed with port 0).
   int port() const noexcept { return port_; }
+  /// The address it listens on, as given.
   const std::string& address() const noexcept { return address_; }
 
  private:
@@ -537,6 +545,7 @@ class RendezvousStore final : public c10d::Store {
     return store;
   }
 
+  /// Closes the connection, then, when this process serves the store, stops the server.
   ~RendezvousStore() override {
     if (fd_ >= 0) ::close(fd_);
     server_.reset();  // after the client closed: the server's thread then stops
@@ -544,10 +553,13 @@ class RendezvousStore final : public c10d::Store {
 
   /// The port the store listens on (useful after serve(address, 0)).
   int port() const noexcept { return port_; }
+  /// The store's host, as given.
   const std::string& host() const noexcept { return host_; }
   /// Whether this process serves the store.
   bool serving() const noexcept { return static_cast<bool>(server_); }
 
+  /// Sets `key` to `value`. Every call throws StoreError on failure, or timed_out past the store's
+  /// timeout.
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     using namespace detail::store_wire;
     std::string body(1, static_cast<char>(StoreOp::set));
@@ -556,6 +568,7 @@ class RendezvousStore final : public c10d::Store {
     request(body, "set('" + key + "')", timeout_);
   }
 
+  /// The value of `key`, waiting until it is set (at most the store's timeout).
   std::vector<uint8_t> get(const std::string& key) override {
     using namespace detail::store_wire;
     std::string body(1, static_cast<char>(StoreOp::get));
@@ -565,6 +578,8 @@ class RendezvousStore final : public c10d::Store {
     return bytes(r, "get");
   }
 
+  /// Adds `value` to the integer `key` holds (0 when absent) and returns the sum. A key that holds
+  /// something else gets no answer: the call ends in StoreError (timed_out) at the timeout.
   int64_t add(const std::string& key, int64_t value) override {
     using namespace detail::store_wire;
     std::string body(1, static_cast<char>(StoreOp::add));
@@ -579,6 +594,8 @@ class RendezvousStore final : public c10d::Store {
     }
   }
 
+  /// Sets `key` to `desired` if it holds `current` (or is absent and `current` is empty); returns
+  /// the value it holds afterwards (`current` when absent and `current` is not empty).
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& current,
                                   const std::vector<uint8_t>& desired) override {
     using namespace detail::store_wire;
@@ -591,6 +608,7 @@ class RendezvousStore final : public c10d::Store {
     return bytes(r, "compareSet");
   }
 
+  /// Removes `key`; false if it was absent.
   bool deleteKey(const std::string& key) override {
     using namespace detail::store_wire;
     std::string body(1, static_cast<char>(StoreOp::erase));
@@ -598,6 +616,7 @@ class RendezvousStore final : public c10d::Store {
     return flag(request(body, "deleteKey('" + key + "')", timeout_), "deleteKey");
   }
 
+  /// Whether every key of `keys` is set, without waiting.
   bool check(const std::vector<std::string>& keys) override {
     using namespace detail::store_wire;
     std::string body(1, static_cast<char>(StoreOp::check));
@@ -606,6 +625,7 @@ class RendezvousStore final : public c10d::Store {
     return flag(request(body, "check", timeout_), "check");
   }
 
+  /// Number of keys in the store.
   int64_t getNumKeys() override {
     using namespace detail::store_wire;
     std::string body(1, static_cast<char>(StoreOp::num_keys));
@@ -618,8 +638,10 @@ class RendezvousStore final : public c10d::Store {
     }
   }
 
+  /// Waits until every key of `keys` is set, at most the store's timeout.
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
 
+  /// Waits until every key of `keys` is set, at most `timeout` (c10d::Store::kNoTimeout: no bound).
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     using namespace detail::store_wire;

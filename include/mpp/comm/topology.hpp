@@ -6,18 +6,24 @@
 
 namespace mpp {
 
+/// A rank's place in a chain of `size` stages, rank 0 first.
 struct Topology {
+  /// This rank, in [0, size).
   int rank = 0;
+  /// Number of ranks in the chain.
   int size = 1;
 
+  /// Whether this rank is the first stage.
   constexpr bool is_first() const { return rank == 0; }
+  /// Whether this rank is the last stage.
   constexpr bool is_last() const { return rank == size - 1; }
   /// The rank that receives this rank's activations; -1 on the last stage.
   constexpr int next_rank() const { return is_last() ? -1 : rank + 1; }
   /// The rank this rank's activations come from; -1 on the first stage.
   constexpr int prev_rank() const { return is_first() ? -1 : rank - 1; }
-  /// Neighbours on a ring (wrap around), as interleaved schedules need.
+  /// The neighbour after this rank on the ring (wraps around to 0), as interleaved schedules need.
   constexpr int ring_next() const { return (rank + 1) % size; }
+  /// The neighbour before this rank on the ring (rank 0's is size - 1).
   constexpr int ring_prev() const { return (rank + size - 1) % size; }
 };
 
