@@ -13,14 +13,15 @@
 
 namespace mpp {
 
+/// What train_and_measure() measured on this rank.
 struct RunFigures {
-  std::string pipeline;
-  int steps = 0;                  // timed steps (after the warm-up)
-  double first_loss = 0.0;        // loss of the first step
-  double last_loss = 0.0;         // loss of the last step
-  double seconds_per_step = 0.0;  // mean over the timed steps
-  double samples_per_second = 0.0;
-  std::optional<StepReport> report;  // the last step's, on the report's root rank only
+  std::string pipeline;              ///< the Pipeline type's name
+  int steps = 0;                     ///< timed steps (after the warm-up)
+  double first_loss = 0.0;           ///< loss of the first step
+  double last_loss = 0.0;            ///< loss of the last step
+  double seconds_per_step = 0.0;     ///< mean over the timed steps
+  double samples_per_second = 0.0;   ///< samples over the timed steps per second
+  std::optional<StepReport> report;  ///< the last step's, on the report's root rank only
 
   /// One paragraph: the figures, then measured vs predicted bubble and memory per rank.
   std::string describe() const {

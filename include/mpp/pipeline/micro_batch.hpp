@@ -14,16 +14,25 @@
 
 namespace mpp {
 
+/// A batch that cannot be cut into the schedule's micro-batches (or a tensor that does not match
+/// the plan).
 struct micro_batch_error : std::invalid_argument {
+  /// Takes the message, as std::invalid_argument does.
   using std::invalid_argument::invalid_argument;
 };
 
+/// How a batch is cut into micro-batches along dimension 0.
 struct MicroBatchPlan {
+  /// Samples in the batch (B).
   std::int64_t batch = 0;
+  /// Samples of each micro-batch; the first B mod M have one more.
   std::vector<std::int64_t> sizes;
+  /// First sample of each micro-batch in the batch.
   std::vector<std::int64_t> offsets;
 
+  /// Number of micro-batches (M).
   int count() const { return static_cast<int>(sizes.size()); }
+  /// Whether every micro-batch has the same size (M divides B).
   bool even() const { return batch % static_cast<std::int64_t>(sizes.size()) == 0; }
   /// The factor a chunk's mean loss is multiplied by: its share of the batch.
   double weight(int micro_batch) const {

@@ -58,15 +58,25 @@ constexpr bool pieces_fit_chunks() {
 }
 }  // namespace detail
 
+/// A model trained by pipeline parallelism: the partition `Stages` says which layers each stage
+/// owns, the schedule `Sched` in what order each rank computes and talks (verified for `Comm` at
+/// compile time), the comm policy `Comm` whether a send blocks. Each rank builds and holds its own
+/// stages only.
 template <partition Stages, schedule Sched, comm_policy Comm>
 class Pipeline {
  public:
+  /// The partition policy.
   using partition_type = Stages;
+  /// The schedule policy.
   using schedule_type = Sched;
+  /// The comm policy.
   using comm_type = Comm;
 
+  /// Model pieces per rank (V): more than 1 under an interleaved schedule.
   static constexpr int chunks_per_rank = Sched::chunks_per_rank;
+  /// Micro-batches per step (M).
   static constexpr int micro_batches = Sched::micro_batches;
+  /// Whether the partition asks for activations to be recomputed in backward (Recompute<...>).
   static constexpr bool recompute = recomputes_v<Stages>;
 
   static_assert(
@@ -86,6 +96,7 @@ class Pipeline {
       "mpp: this schedule does not run under this comm policy (see the verifier's message above)");
   // [/quote:verified]
 
+  /// The type's display name, "Pipeline<partition, schedule, comm policy>".
   static std::string name() {
     return "Pipeline<" + Stages::name() + ", " + schedule_display_name<Sched>() + ", " +
            comm_display_name<Comm>() + ">";
@@ -114,16 +125,22 @@ class Pipeline {
     return params;
   }
 
+  /// This rank's model pieces (V of them), with their layers and modules.
   const std::vector<LocalPiece>& pieces() const { return executor_->pieces(); }
+  /// This rank in the pipeline's group.
   int rank() const { return executor_->comm().rank(); }
+  /// Whether this rank takes the inputs (rank 0).
   bool is_first() const { return rank() == 0; }
+  /// Whether this rank takes the targets and computes the loss (the last rank).
   bool is_last() const { return rank() == stages - 1; }
+  /// The pipeline's group under its comm policy.
   const Communicator<Comm>& comm() const { return executor_->comm(); }
 
   /// This rank's lowered table, as the executor runs it.
   const std::vector<Action>& actions() const { return executor_->actions(); }
   /// What the verifier predicts for this schedule and comm policy (unit costs unless set).
   const VerifyResult& predicted() const { return plan_->figures; }
+  /// Every rank's table, lowered for the comm policy's semantics, with the verifier's figures.
   const Plan& plan() const { return *plan_; }
   /// What the last train_step did on this rank: timed events, step time, activation memory.
   const trace::RankTrace& last_trace() const { return executor_->last_trace(); }

@@ -13,22 +13,27 @@
 
 namespace mpp {
 
+/// The last step of every rank, gathered on one rank, next to the verifier's predictions.
 struct StepReport {
-  std::string pipeline;                  // the Pipeline type's name
-  std::vector<trace::RankTrace> traces;  // one per rank, in rank order
-  trace::StepFigures figures;            // measured
-  VerifyResult predicted_unit;           // the verifier with unit costs (T_F=1, T_B=2)
-  VerifyResult predicted_measured;       // the verifier with this step's measured F/B/I/W costs
-  VerifyResult predicted_latency;        // ... and the measured message latency as T_comm
+  std::string pipeline;                  ///< the Pipeline type's name
+  std::vector<trace::RankTrace> traces;  ///< one per rank, in rank order
+  trace::StepFigures figures;            ///< measured
+  VerifyResult predicted_unit;           ///< the verifier with unit costs (T_F=1, T_B=2)
+  VerifyResult predicted_measured;       ///< the verifier with this step's measured F/B/I/W costs
+  VerifyResult predicted_latency;        ///< ... and the measured message latency as T_comm
 
+  /// Measured against predicted, a few lines: the bubble, then per rank its bubble, peak activation
+  /// memory and micro-batches in flight.
   std::string summary() const {
     return trace::describe(figures, predicted_unit, predicted_measured, &predicted_latency);
   }
+  /// Every rank's step as an ASCII timeline, at most `max_columns` time cells wide.
   std::string timeline(int max_columns = 40) const {
     AsciiOptions options;
     options.max_columns = max_columns;
     return trace::ascii_timeline(traces, options);
   }
+  /// Every rank's events as Chrome trace JSON.
   std::string chrome_trace() const { return trace::chrome_trace(traces); }
   /// Writes the Chrome trace JSON (open it in https://ui.perfetto.dev); false if it cannot.
   bool write_chrome_trace(const std::string& path) const {

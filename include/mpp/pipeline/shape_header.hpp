@@ -17,17 +17,22 @@ namespace mpp {
 
 /// A pipeline rule broken at run time (shapes, batch sizes, world size ...).
 struct pipeline_error : std::runtime_error {
+  /// Takes the message, as std::runtime_error does.
   using std::runtime_error::runtime_error;
 };
 
-/// dtype + per-sample shape, e.g. "float32[*, 128]".
+/// dtype + per-sample shape, e.g. "Float[*, 128]".
 struct ActivationSpec {
+  /// Element type.
   c10::ScalarType dtype = c10::kFloat;
+  /// Shape of one sample (without the batch dimension).
   std::vector<std::int64_t> per_sample;
 
+  /// Same dtype and per-sample shape.
   bool operator==(const ActivationSpec&) const = default;
 };
 
+/// The spec as messages show it: "Float[*, 128]" (c10's dtype name, then the shape).
 inline std::string to_string(const ActivationSpec& spec) {
   std::string s = std::string(c10::toString(spec.dtype)) + "[*";
   for (auto d : spec.per_sample) s += ", " + std::to_string(d);
