@@ -60,7 +60,9 @@ concept ranked_bucket_launcher = bucket_launcher<L> && requires(const L& l) {
 
 /// A parameter (or buffer) with the name used in messages.
 struct NamedTensor {
+  /// Name in messages (the module's dotted parameter name).
   std::string name;
+  /// The parameter or buffer itself (shared, not copied).
   at::Tensor tensor;
 };
 

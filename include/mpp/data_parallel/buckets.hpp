@@ -19,24 +19,29 @@ inline constexpr std::size_t default_bucket_bytes = std::size_t{25} * 1024 * 102
 
 /// What the planner needs to know about one parameter.
 struct GradSpec {
+  /// Number of elements.
   std::size_t elements = 0;
+  /// Bytes per element.
   std::size_t element_bytes = 4;
-  int dtype = 0;  // any key that tells dtypes apart (e.g. c10::ScalarType cast to int)
+  int dtype = 0;  ///< any key that tells dtypes apart (e.g. c10::ScalarType cast to int)
+  /// elements x element_bytes.
   constexpr std::size_t bytes() const { return elements * element_bytes; }
 };
 
+/// Parameters whose gradients share one flat buffer, all of one dtype.
 struct Bucket {
-  int dtype = 0;
-  std::vector<std::size_t> params;   // parameter indices, in the order their gradients fill it
-  std::vector<std::size_t> offsets;  // element offset of each parameter in the flat buffer
-  std::size_t elements = 0;
-  std::size_t bytes = 0;
+  int dtype = 0;                     ///< the dtype key (GradSpec::dtype) of all its parameters
+  std::vector<std::size_t> params;   ///< parameter indices, in the order their gradients fill it
+  std::vector<std::size_t> offsets;  ///< element offset of each parameter in the flat buffer
+  std::size_t elements = 0;          ///< elements of all its parameters
+  std::size_t bytes = 0;             ///< bytes of all its parameters (over the cap only if one is)
 };
 
+/// Every parameter's bucket, as plan_buckets() cuts them.
 struct BucketPlan {
-  std::vector<Bucket> buckets;         // in launch order
-  std::vector<std::size_t> bucket_of;  // parameter index -> bucket index
-  std::vector<std::size_t> slot_of;    // parameter index -> position inside its bucket
+  std::vector<Bucket> buckets;         ///< in launch order
+  std::vector<std::size_t> bucket_of;  ///< parameter index -> bucket index
+  std::vector<std::size_t> slot_of;    ///< parameter index -> position inside its bucket
 };
 
 /// Buckets in reverse registration order, each capped at `cap_bytes` (at least one parameter).

@@ -30,6 +30,7 @@
 
 namespace mpp {
 
+/// Options of DistributedDataParallel; every rank passes the same.
 struct DdpOptions {
   /// Cap of one gradient bucket in bytes (PyTorch's default: 25 MiB).
   std::size_t bucket_bytes = default_bucket_bytes;
@@ -131,9 +132,14 @@ struct GroupBucketLauncher {
 
 }  // namespace detail
 
+/// Data parallelism that averages gradients by buckets while backward still runs: build it over the
+/// module and call backward() as usual; when backward() returns, every `.grad` holds the mean over
+/// the group (with DdpOptions::gradient_owners, only those of the parameters this rank owns).
 template <comm_policy Comm = Async<Gloo>>
 class DistributedDataParallel {
  public:
+  /// Async: buckets are reduced while backward runs and waited when it ends; Blocking: each bucket
+  /// is reduced inside its hook.
   using comm_type = Comm;
 
   /// Attaches to `module`'s trainable parameters (those with requires_grad) on every rank of
@@ -166,21 +172,30 @@ class DistributedDataParallel {
   /// first backward() after it reduces everything accumulated (gradient accumulation).
   class [[nodiscard]] NoSync {
    public:
+    /// Turns gradient synchronisation off until the guard dies, which restores the previous
+    /// setting.
     explicit NoSync(DistributedDataParallel& ddp) : ddp_(&ddp), previous_(ddp.engine_->sync()) {
       ddp.engine_->set_sync(false);
     }
+    /// Not copyable: one guard restores the setting once.
     NoSync(const NoSync&) = delete;
+    /// Not copyable: one guard restores the setting once.
     NoSync& operator=(const NoSync&) = delete;
+    /// Restores the setting the guard found.
     ~NoSync() { ddp_->engine_->set_sync(previous_); }
 
    private:
     DistributedDataParallel* ddp_;
     bool previous_;
   };
+  /// A guard for gradient accumulation: `{ auto guard = ddp.no_sync(); loss.backward(); }`.
   NoSync no_sync() { return NoSync(*this); }
 
+  /// How the trainable parameters were cut into buckets.
   const BucketPlan& buckets() const { return engine_->plan(); }
+  /// The data-parallel group.
   const ProcessGroup& group() const { return group_; }
+  /// The options it was built with.
   const DdpOptions& options() const { return options_; }
 
   /// Time this rank spent blocked on gradient communication since the last reset (with Async,
@@ -188,6 +203,7 @@ class DistributedDataParallel {
   double comm_wait_seconds() const {
     return std::chrono::duration<double>(engine_->launcher().waited).count();
   }
+  /// Sets comm_wait_seconds() back to zero.
   void reset_comm_wait() { engine_->launcher().waited = {}; }
 
  private:
@@ -197,6 +213,7 @@ class DistributedDataParallel {
   std::unique_ptr<Engine> engine_;  // on the heap: hooks point at it, DDP itself may move
 };
 
+/// Short name of DistributedDataParallel.
 template <comm_policy Comm = Async<Gloo>>
 using DDP = DistributedDataParallel<Comm>;
 

@@ -7,8 +7,8 @@
 //       hybrid(mesh, mpp::MlpModel{cfg});
 //   torch::optim::Adam opt(hybrid.parameters(), 1e-3);
 //   opt.zero_grad();
-//   double loss = hybrid.train_step(x, y, mse);   // this replica's shard: x on stage 0, y on the
-//   last opt.step();
+//   double loss = hybrid.train_step(x, y, mse);   // this replica's shard: x on stage 0, y last
+//   opt.step();
 //
 // The pipeline step accumulates this stage's gradients over the replica's micro-batches; then
 // one coalesced all-reduce per stage (over the mesh's data group) averages them across the
@@ -26,10 +26,14 @@
 
 namespace mpp {
 
+/// DP x PP: one PipelineT per replica of a DataPipelineMesh; after each step every stage's
+/// gradients are averaged over its data group with GradComm.
 template <class PipelineT, comm_policy GradComm = Blocking<Gloo>>
 class DataParallelPipeline {
  public:
+  /// The Pipeline type of every replica.
   using pipeline_type = PipelineT;
+  /// Pipeline ranks per replica (the mesh's pipeline degree).
   static constexpr int stages = PipelineT::stages;
 
   /// A collective over the mesh's world. The mesh's pipeline degree must be the pipeline's
@@ -52,10 +56,13 @@ class DataParallelPipeline {
     return loss.item<double>();
   }
 
+  /// This rank's stage parameters, for the optimizer.
   std::vector<at::Tensor> parameters() const { return pipe_.parameters(); }
+  /// This replica's pipeline.
   PipelineT& pipeline() { return pipe_; }
+  /// The mesh it was built on; it is kept by reference and must outlive this object.
   const DataPipelineMesh& mesh() const { return *mesh_; }
-  /// Time spent averaging gradients across replicas since the last reset.
+  /// Time spent averaging gradients across replicas since construction.
   double grad_sync_seconds() const { return grads_.comm_seconds(); }
 
  private:

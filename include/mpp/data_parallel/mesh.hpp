@@ -18,6 +18,8 @@
 
 namespace mpp {
 
+/// The ranks of the world cut into DP x PP: pipeline groups of consecutive ranks, and per stage the
+/// data group of the ranks that run it in every replica.
 class DataPipelineMesh {
  public:
   /// A collective over `world`: every rank builds the mesh with the same pipeline degree.
@@ -49,10 +51,13 @@ class DataPipelineMesh {
     world.barrier();
   }
 
+  /// Stages per pipeline replica (ranks of a pipeline group).
   int pipeline_degree() const { return pipeline_degree_; }
+  /// Number of pipeline replicas (ranks of a data group).
   int data_degree() const { return data_degree_; }
-  /// Which pipeline replica this rank belongs to, and which stage it runs in it.
+  /// Which pipeline replica this rank belongs to, in [0, data_degree()).
   int replica() const { return replica_; }
+  /// Which stage this rank runs in its replica, in [0, pipeline_degree()).
   int stage() const { return stage_; }
   /// The ranks of this rank's pipeline replica (rank i of it runs stage i).
   const ProcessGroup& pipeline_group() const { return pipeline_group_; }

@@ -27,21 +27,31 @@
 
 namespace mpp {
 
-/// Gradient reduction layouts for NaiveDP.
+/// NaiveDP reduction layout: one all_reduce_mean per gradient tensor.
 struct PerTensor {
+  /// Display name.
   static constexpr std::string_view name = "PerTensor";
 };
+/// NaiveDP reduction layout: every gradient copied into one flat buffer, one all-reduce, copied
+/// back (one dtype only).
 struct Coalesced {
+  /// Display name.
   static constexpr std::string_view name = "Coalesced";
 };
 
+/// A NaiveDP reduction layout: PerTensor or Coalesced.
 template <class R>
 concept gradient_reduction = std::same_as<R, PerTensor> || std::same_as<R, Coalesced>;
 
+/// Data parallelism without overlap: after backward, sync_gradients() averages every gradient over
+/// the group.
 template <comm_policy Comm = Blocking<Gloo>, gradient_reduction Reduction = PerTensor>
 class NaiveDP {
  public:
+  /// With PerTensor, Async posts every reduction before waiting for them, Blocking runs them one by
+  /// one; Coalesced always blocks.
   using comm_type = Comm;
+  /// PerTensor or Coalesced.
   using reduction_type = Reduction;
 
   /// A collective: checks that every rank holds the same model, then copies rank 0's weights.
@@ -110,9 +120,11 @@ class NaiveDP {
     comm_time_ += std::chrono::steady_clock::now() - start;
   }
 
+  /// The data-parallel group.
   const ProcessGroup& group() const { return group_; }
   /// Time spent in sync_gradients() since the last reset.
   double comm_seconds() const { return std::chrono::duration<double>(comm_time_).count(); }
+  /// Sets comm_seconds() back to zero.
   void reset_comm_time() { comm_time_ = {}; }
 
  private:

@@ -21,6 +21,7 @@ namespace mpp {
 /// The replicas of a data-parallel group are not the same model (names, shapes or dtypes).
 class ReplicaMismatch : public std::runtime_error {
  public:
+  /// Takes the message, as std::runtime_error does.
   using std::runtime_error::runtime_error;
 };
 
@@ -134,9 +135,11 @@ inline void broadcast_parameters(torch::nn::Module& module, const ProcessGroup& 
 
 /// The outcome of a bit-for-bit comparison of replicas.
 struct ReplicaReport {
+  /// Whether every rank's tensors equal rank 0's bit for bit.
   bool identical = true;
-  std::string
-      first_difference;  // the first parameter that differs and the ranks holding another value
+  /// The first tensor that differs and the ranks holding another value; empty when identical.
+  std::string first_difference;
+  /// `identical`.
   explicit operator bool() const { return identical; }
 };
 

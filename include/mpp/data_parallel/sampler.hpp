@@ -19,14 +19,19 @@
 
 namespace mpp {
 
+/// What DistributedSampler does with the last N mod R samples.
 enum class Remainder {
-  pad,   // repeat indices from the start of the permutation until every rank has ceil(N / R)
-  drop,  // cut the tail of the permutation so that every rank has floor(N / R)
+  pad,   ///< repeat indices from the start of the permutation until every rank has ceil(N / R)
+  drop,  ///< cut the tail of the permutation so that every rank has floor(N / R)
 };
 
+/// How DistributedSampler orders and splits the dataset; every rank passes the same.
 struct SamplerOptions {
+  /// Permute the indices every epoch (false: dataset order).
   bool shuffle = true;
+  /// Seed of the permutation, mixed with the epoch.
   std::uint64_t seed = 0;
+  /// Pad or drop when R does not divide N.
   Remainder remainder = Remainder::pad;
 };
 
@@ -65,8 +70,12 @@ inline std::vector<std::size_t> epoch_permutation(std::size_t n, std::uint64_t s
 
 }  // namespace detail
 
+/// Which dataset indices this rank reads in an epoch: every rank builds the same permutation and
+/// takes every num_replicas-th index from its rank on. No communication.
 class DistributedSampler {
  public:
+  /// `num_replicas` and `rank` are those of the data-parallel group. Throws std::invalid_argument
+  /// when the rank is outside [0, num_replicas) or Remainder::drop leaves no sample.
   DistributedSampler(std::size_t dataset_size, int num_replicas, int rank,
                      SamplerOptions options = {})
       : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), options_(options) {
@@ -91,14 +100,18 @@ class DistributedSampler {
   /// Reshuffle for a new epoch: call it on every rank with the same epoch before iterating,
   /// otherwise every epoch reads the data in the same order.
   void set_epoch(std::uint64_t epoch) { epoch_ = epoch; }
+  /// The epoch set last (0 at first).
   std::uint64_t epoch() const { return epoch_; }
 
   /// Samples this rank reads per epoch (the same on every rank).
   std::size_t size() const { return per_rank_; }
   /// Samples read per epoch across all ranks (dataset size, plus padding or minus the drop).
   std::size_t total_size() const { return per_rank_ * static_cast<std::size_t>(num_replicas_); }
+  /// Samples in the dataset (N).
   std::size_t dataset_size() const { return dataset_size_; }
+  /// This rank in the data-parallel group.
   int rank() const { return rank_; }
+  /// Ranks of the data-parallel group (R).
   int num_replicas() const { return num_replicas_; }
 
   /// This rank's dataset indices for the current epoch, in reading order.

@@ -46,9 +46,10 @@ namespace mpp {
 
 /// Which rank owns which parameter: contiguous ranges in registration order, balanced by bytes.
 struct ShardPlan {
-  std::vector<int> owner;                   // per parameter
-  std::vector<std::int64_t> bytes_of_rank;  // per rank: bytes of the parameters it owns
+  std::vector<int> owner;                   ///< per parameter
+  std::vector<std::int64_t> bytes_of_rank;  ///< per rank: bytes of the parameters it owns
 
+  /// Number of ranks planned for.
   int ranks() const { return static_cast<int>(bytes_of_rank.size()); }
 };
 
@@ -79,10 +80,14 @@ inline ShardPlan plan_shards(const std::vector<std::int64_t>& bytes, int ranks) 
   return plan;
 }
 
+/// ZeRO stage 1: each rank holds the optimizer state of, and steps, only its contiguous range of
+/// the parameters; step() then hands every updated parameter to every rank.
 template <class Optimizer, comm_policy Comm = Async<Gloo>>
 class ShardedOptimizer {
  public:
+  /// The inner optimizer, e.g. torch::optim::Adam.
   using optimizer_type = Optimizer;
+  /// Async posts the gathers of every dtype before waiting for them; Blocking runs them one by one.
   using comm_type = Comm;
 
   /// Shards `module`'s trainable parameters over the ranks of `group` and builds this rank's
@@ -144,7 +149,9 @@ class ShardedOptimizer {
   Optimizer* local_optimizer() { return inner_.get(); }
   /// The parameters this rank steps.
   const std::vector<at::Tensor>& local_parameters() const { return local_; }
+  /// Which rank owns which parameter; plan().owner is what DdpOptions::gradient_owners takes.
   const ShardPlan& plan() const { return plan_; }
+  /// The data-parallel group.
   const ProcessGroup& group() const { return group_; }
 
  private:
