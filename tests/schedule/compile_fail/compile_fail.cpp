@@ -2,6 +2,7 @@
 // with the message CTest expects (tests/schedule/CMakeLists.txt); MPP_COMPILE_FAIL_CASE=0 is the
 // control that must compile, so a broken include cannot pass for a rejection.
 #include "mpp/comm/policy.hpp"
+#include "mpp/pipeline/with_stages.hpp"
 #include "mpp/schedule.hpp"
 
 namespace {
@@ -14,6 +15,13 @@ static_assert(mpp::sound<mpp::verify<mpp::OneFOneB<8>, mpp::Blocking<mpp::Gloo>>
 static_assert(mpp::sound<mpp::verify<mpp::Interleaved1F1B<8, 2>, mpp::Async<mpp::Gloo>>(4)>);
 inline constexpr mpp::Action good[2][4] = {{F(0), F(1), B(0), B(1)}, {F(0), B(0), F(1), B(1)}};
 static_assert(mpp::sound<mpp::verify<mpp::Custom<good>, mpp::Blocking<mpp::Gloo>>(2)>);
+[[maybe_unused]] int sizes_it_can_run(int world_size) {
+  return mpp::with_stages<2, 4>(world_size, [](auto ranks) {
+    static_assert(
+        mpp::sound<mpp::verify<mpp::Interleaved1F1B<4, 2>, mpp::Async<mpp::Gloo>>(ranks)>);
+    return int{ranks};
+  });
+}
 
 #elif MPP_COMPILE_FAIL_CASE == 1
 // A blocking 1F1B lowered the textbook way: in the steady state both neighbours send first.
@@ -49,6 +57,17 @@ static_assert(mpp::verify<mpp::Interleaved1F1B<6, 2>, mpp::Async<mpp::Gloo>>(4).
 #elif MPP_COMPILE_FAIL_CASE == 7
 // A structural rule: at least one micro-batch.
 static_assert(mpp::verify<mpp::GPipe<0>, mpp::Async<mpp::Gloo>>(4).ok);
+#elif MPP_COMPILE_FAIL_CASE == 8
+// A program for 2, 3 or 4 ranks whose schedule cannot run on one of them: every size in the list
+// is proven when the program is compiled, so the build stops on 3 (as Pipeline's own
+// static_assert, the same expression, stops it).
+[[maybe_unused]] int sizes_it_cannot_run(int world_size) {
+  return mpp::with_stages<2, 3, 4>(world_size, [](auto ranks) {
+    static_assert(
+        mpp::sound<mpp::verify<mpp::Interleaved1F1B<4, 2>, mpp::Async<mpp::Gloo>>(ranks)>);
+    return int{ranks};
+  });
+}
 #endif
 
 }  // namespace
