@@ -18,24 +18,39 @@ execute_process(COMMAND "${DOXYGEN}" "${OUTPUT}/Doxyfile" WORKING_DIRECTORY "${R
 string(REPLACE "${ROOT}/" "" warnings "${warnings}")
 string(STRIP "${warnings}" warnings)
 
-# Doxygen checks the functions, variables and aliases of a namespace only when the namespace itself
-# is documented: every namespace of mpp's that has such members (the XML index lists them all)
-# must have its page in the HTML.
+# Doxygen neither warns about an undocumented namespace or concept nor gives it a page, and it
+# checks the functions, variables and aliases of a namespace only when the namespace is documented.
+# So every concept of mpp's, and every namespace that has such members, must have its page (the
+# XML index lists them all, documented or not).
 if(EXISTS "${OUTPUT}/xml/index.xml")
   file(READ "${OUTPUT}/xml/index.xml" index)
   # One entry per compound: its first line, then one line per member.
-  string(REGEX MATCHALL "<compound refid=\"namespacempp[^\"]*\" kind=\"namespace\">[^\n]*\n(    <member [^\n]*\n)*"
+  string(REGEX MATCHALL "<compound refid=\"(namespace|concept)mpp[^\"]*\" kind=\"[a-z]+\"><name>[^<]*</name>\n(    <member [^\n]*\n)*"
          compounds "${index}")
   foreach(compound IN LISTS compounds)
-    string(REGEX MATCH "refid=\"([^\"]+)\"" unused "${compound}")
+    string(REGEX MATCH "refid=\"([^\"]+)\" kind=\"([a-z]+)\"><name>([^<]*)<" unused "${compound}")
     set(refid "${CMAKE_MATCH_1}")
-    if(compound MATCHES "<member " AND NOT EXISTS "${OUTPUT}/html/${refid}.html")
-      string(REGEX REPLACE "^namespace" "" name "${refid}")
-      string(REPLACE "_1_1" "::" name "${name}")
-      string(REPLACE "__" "_" name "${name}")
-      string(APPEND warnings "\nnamespace ${name}: error: namespace ${name} is not documented, so "
-                             "doxygen does not check its members; give it a `/// \\namespace "
-                             "${name}` comment (e.g. in its umbrella header).")
+    set(kind "${CMAKE_MATCH_2}")
+    set(name "${CMAKE_MATCH_3}")
+    if(EXISTS "${OUTPUT}/html/${refid}.html" OR (kind STREQUAL "namespace" AND NOT compound MATCHES "<member "))
+      continue()
+    endif()
+    set(where "${kind} ${name}")
+    file(STRINGS "${OUTPUT}/xml/${refid}.xml" location REGEX "<location file=" LIMIT_COUNT 1)
+    if(location MATCHES "file=\"([^\"]+)\" line=\"([0-9]+)\"")
+      set(file "${CMAKE_MATCH_1}")
+      set(line "${CMAKE_MATCH_2}")
+      if(NOT IS_ABSOLUTE "${file}" AND EXISTS "${ROOT}/include/${file}")
+        set(file "include/${file}")  # as STRIP_FROM_PATH left it
+      endif()
+      string(REPLACE "${ROOT}/" "" where "${file}:${line}")
+    endif()
+    if(kind STREQUAL "namespace")
+      string(APPEND warnings "\n${where}: error: namespace ${name} is not documented, so doxygen "
+                             "does not check its members; give it a `/// \\namespace ${name}` "
+                             "comment (e.g. in its umbrella header).")
+    else()
+      string(APPEND warnings "\n${where}: error: concept ${name} is not documented.")
     endif()
   endforeach()
 elseif(status EQUAL 0)

@@ -70,13 +70,17 @@ class Widget {
 /// `x` scaled by `factor`.
 inline int scale(int x, int factor) { return detail::helper(x) * factor; }
 
+/// A type with a size.
+template <class T>
+concept sized = requires(const T& t) { t.size(); };
+
 }  // namespace mpp
 HPP
 out=$(run_check "$tree") || { fail "made-up tree: the check failed on a commented tree:"; echo "$out" >&2; }
 [[ -f $tree/out/html/index.html ]] || fail "made-up tree: no reference in $tree/out/html"
 
-# 2. Without the comment of a free function, a member function, a class, a namespace: each named
-#    with its file and line.
+# 2. Without the comment of a free function, a member function, a class, a namespace, a concept:
+#    each named with its file and line.
 expect_named() {  # NAME PATTERN...: the check fails and prints every pattern (extended regex)
   local name=$1; shift
   local out
@@ -103,6 +107,9 @@ expect_named "class" "^include/mpp/widget.hpp:[0-9]+: error: Compound mpp::Widge
 cp "$work/widget.hpp" "$widget"
 uncomment "$widget" '^namespace mpp \{'
 expect_named "namespace" "namespace mpp is not documented, so doxygen does not check its members"
+cp "$work/widget.hpp" "$widget"
+uncomment "$widget" '^template <class T>'
+expect_named "concept" "^include/mpp/widget.hpp:[0-9]+: error: concept mpp::sized is not documented\\.$"
 
 # 3. A copy of the real headers, with the comment of mpp::trace::chrome_trace removed.
 tree=$work/real
