@@ -39,13 +39,15 @@ struct CheckpointError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The manifest's "format": a reader refuses any other.
 inline constexpr const char* format_name = "mpp-checkpoint/1";
 
 /// Where a run stands: resuming at (epoch, position) replays the same batches.
 struct Progress {
-  std::int64_t step = 0;      // optimizer steps done
-  std::int64_t epoch = 0;     // current epoch (0-based)
-  std::int64_t position = 0;  // batches of this epoch already consumed
+  std::int64_t step = 0;      ///< optimizer steps done
+  std::int64_t epoch = 0;     ///< current epoch (0-based)
+  std::int64_t position = 0;  ///< batches of this epoch already consumed
+  /// Field by field.
   bool operator==(const Progress&) const = default;
 };
 
@@ -99,7 +101,10 @@ inline nlohmann::json tensor_entry(const torch::Tensor& t) {
 /// One state file of a checkpoint: a flat map of named tensors per group ("model", "optimizer")
 /// plus the generic extras every file carries.
 struct StateFile {
-  std::string name;  // "state.pt", "stage_1.pt", ...
+  /// File name inside the checkpoint directory: "state.pt", "stage_1.pt", ... "state.pt",
+  /// "stage_1.pt", ...
+  std::string name;
+  /// Group name -> tensor name -> tensor.
   std::map<std::string, std::map<std::string, torch::Tensor>> groups;
 };
 
@@ -108,8 +113,8 @@ using NamedTensors = std::map<std::string, torch::Tensor>;
 
 /// One state file as bytes (torch.save's zip format) and its manifest entry.
 struct EncodedFile {
-  std::vector<char> bytes;
-  nlohmann::json entry;  // {"bytes", "crc32", "tensors"}
+  std::vector<char> bytes;  ///< What goes into the file.
+  nlohmann::json entry;     ///< {"bytes", "crc32", "tensors"}
 };
 
 /// Pickles `file`; the `progress` keys are copied into the dict for readers without the manifest.
@@ -171,8 +176,8 @@ inline void write_checkpoint(const std::filesystem::path& dir, const std::vector
 
 /// A checkpoint read and verified: manifest plus each file's tensors by group.
 struct LoadedCheckpoint {
-  nlohmann::json manifest;
-  std::map<std::string, StateFile> files;  // by file name
+  nlohmann::json manifest;                 ///< manifest.json as written.
+  std::map<std::string, StateFile> files;  ///< by file name
 };
 
 /// Reads `dir`, checking the manifest, sizes and checksums and decoding every file. Throws
@@ -271,6 +276,7 @@ inline torch::Tensor cpu_rng_state() {
   return gen.get_state();
 }
 
+/// Sets the default CPU generator's state, as cpu_rng_state() returned it.
 inline void set_cpu_rng_state(const torch::Tensor& state) {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
@@ -365,6 +371,7 @@ inline void restore_training_state(const StateFile& file, const NamedTensors& cu
   if (rng != file.groups.end()) set_cpu_rng_state(rng->second.at(rng_key));
 }
 
+/// restore_training_state() into `model`'s parameters by name.
 inline void restore_training_state(const StateFile& file, torch::nn::Module& model,
                                    torch::optim::AdamW& optimizer, const std::string& origin,
                                    const std::string& rng_key = "cpu") {
@@ -411,10 +418,13 @@ inline void check_same_settings(const nlohmann::json& recorded, const nlohmann::
   }
 }
 
+/// The manifest's "progress" object.
 inline nlohmann::json to_json(const Progress& p) {
   return {{"step", p.step}, {"epoch", p.epoch}, {"position", p.position}};
 }
 
+/// The Progress of a manifest (its "progress" object); throws nlohmann::json's errors when it
+/// is missing.
 inline Progress progress_from(const nlohmann::json& manifest) {
   const auto& p = manifest.at("progress");
   return {p.at("step").get<std::int64_t>(), p.at("epoch").get<std::int64_t>(),

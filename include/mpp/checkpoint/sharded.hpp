@@ -16,6 +16,9 @@
 
 namespace mpp::checkpoint {
 
+/// Writes `mine` (this rank's state file, a name of its own) into the checkpoint `dir` together
+/// with every other rank of `group`; rank 0 adds `meta` as the manifest's top level. Every rank
+/// must call it. Throws CheckpointError when a rank cannot see the directory or names collide.
 inline void write_sharded_checkpoint(const std::filesystem::path& dir, const ProcessGroup& group,
                                      const StateFile& mine, const nlohmann::json& meta) {
   namespace fs = std::filesystem;

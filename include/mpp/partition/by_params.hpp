@@ -1,8 +1,4 @@
 #pragma once
-// ByParams<P>: contiguous pieces whose parameter counts are as balanced as possible — the largest
-// piece is as small as it can be, and among those cuts the one with the most even pieces wins
-// (ties go to larger pieces first, as in Uniform). Exact dynamic programme: O(pieces · layers²),
-// a few microseconds for the models a pipeline runs.
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -65,14 +61,23 @@ inline std::vector<LayerRange> balanced_split(std::span<const std::int64_t> cost
 
 }  // namespace detail
 
+/// ByParams<P>: contiguous pieces whose parameter counts are as balanced as possible — the largest
+/// piece is as small as it can be, and among those cuts the one with the most even pieces wins
+/// (ties go to larger pieces first, as in Uniform). Exact dynamic programme: O(pieces · layers²),
+/// a few microseconds for the models a pipeline runs.
 template <int P>
 struct ByParams {
   static_assert(P >= 1, "mpp: ByParams<P> needs P >= 1 stages");
-  static constexpr int stages = P;
+  static constexpr int stages = P;  ///< P, the pipeline ranks.
 
+  /// P, whatever the chunks per rank.
   static constexpr int stages_for(int /*chunks_per_rank*/) { return P; }
+  /// "ByParams<P>".
   static std::string name() { return "ByParams<" + std::to_string(P) + ">"; }
 
+  /// The balanced layer range of each of the P * `chunks_per_rank` pieces, in model order;
+  /// `layer_costs` holds each layer's parameter count. Throws partition_error when a piece would
+  /// get no layer or a count is negative.
   static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs,
                                        int chunks_per_rank) {
     const int pieces = P * chunks_per_rank;

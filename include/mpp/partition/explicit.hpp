@@ -1,7 +1,4 @@
 #pragma once
-// Explicit<n0, n1, ...>: the user says how many layers each model piece gets, in model order.
-// With an interleaved schedule of V chunks per rank the list has stages × V entries (piece c·P + r
-// is chunk c of rank r), so Explicit<...> with N sizes runs on N / V ranks.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -12,6 +9,9 @@
 
 namespace mpp {
 
+/// Explicit<n0, n1, ...>: the user says how many layers each model piece gets, in model order.
+/// With an interleaved schedule of V chunks per rank the list has stages × V entries (piece c·P + r
+/// is chunk c of rank r), so Explicit<...> with N sizes runs on N / V ranks.
 template <int... Sizes>
 struct Explicit {
   static_assert(sizeof...(Sizes) >= 1, "mpp: Explicit<n...> needs at least one stage size");
@@ -19,16 +19,18 @@ struct Explicit {
                 "mpp: Explicit<n...> gives a stage zero (or fewer) layers; every stage needs at "
                 "least one layer");
 
+  /// The number of sizes listed.
   static constexpr int pieces = static_cast<int>(sizeof...(Sizes));
-  static constexpr int stages = pieces;
-  static constexpr int total_layers = (Sizes + ...);
-  static constexpr int sizes[] = {Sizes...};
+  static constexpr int stages = pieces;  ///< Stages with one chunk per rank (see stages_for).
+  static constexpr int total_layers = (Sizes + ...);  ///< The layers the sizes add up to.
+  static constexpr int sizes[] = {Sizes...};          ///< The sizes, in model order.
 
   /// Stages (ranks) when each rank holds `chunks_per_rank` of the listed pieces.
   static constexpr int stages_for(int chunks_per_rank) {
     return chunks_per_rank > 0 ? pieces / chunks_per_rank : 0;
   }
 
+  /// "Explicit<n0,n1,...>".
   static std::string name() {
     std::string s = "Explicit<";
     bool first = true;
@@ -40,6 +42,8 @@ struct Explicit {
     return s + ">";
   }
 
+  /// The listed pieces as layer ranges. Throws partition_error when the number of sizes is not a
+  /// multiple of `chunks_per_rank` or they do not add up to the model's layers.
   static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs,
                                        int chunks_per_rank) {
     if (chunks_per_rank < 1 || pieces % chunks_per_rank != 0)

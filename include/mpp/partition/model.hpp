@@ -1,11 +1,5 @@
 #pragma once
 // What a partition needs to know about a model, and how a rank builds only its own pieces.
-//
-// A `layered_model` describes a model as a sequence of layers without building it: how many, each
-// one's parameter count (for ByParams), the per-sample shape and dtype each layer expects at its
-// input (so that a stage can check what its neighbour sends), and `build(begin, end)` that makes
-// layers [begin, end) with exactly the initial weights the whole model would have. The course MLP
-// meets it through MlpModel below.
 #include <torch/nn/modules/container/sequential.h>
 
 #include <c10/core/ScalarType.h>
@@ -21,6 +15,11 @@
 
 namespace mpp {
 
+/// A `layered_model` describes a model as a sequence of layers without building it: how many, each
+/// one's parameter count (for ByParams), the per-sample shape and dtype each layer expects at its
+/// input (so that a stage can check what its neighbour sends), and `build(begin, end)` that makes
+/// layers [begin, end) with exactly the initial weights the whole model would have. The course MLP
+/// meets it through MlpModel below.
 template <class M>
 concept layered_model = requires(const M& model, int layer) {
   { model.num_layers() } -> std::convertible_to<int>;
@@ -32,14 +31,19 @@ concept layered_model = requires(const M& model, int layer) {
 
 /// The course MLP as a layered_model: hidden×hidden Linear layers seeded per layer.
 struct MlpModel {
-  models::MlpConfig config;
+  models::MlpConfig config;  ///< Width, depth and seed.
 
+  /// config.layers.
   int num_layers() const { return config.layers; }
+  /// hidden² weights + hidden biases, the same for every layer.
   std::int64_t layer_parameters(int /*layer*/) const {
     return config.hidden * config.hidden + config.hidden;
   }
+  /// {hidden} per sample, at every layer.
   std::vector<std::int64_t> input_shape(int /*layer*/) const { return {config.hidden}; }
+  /// float32.
   c10::ScalarType dtype() const { return c10::kFloat; }
+  /// Layers [begin, end) with the weights the whole MLP would have (models::make_mlp_layers).
   torch::nn::Sequential build(int begin, int end) const {
     return models::make_mlp_layers(config, begin, end);
   }
@@ -59,10 +63,10 @@ constexpr int piece_index(int rank, int chunk, int stages) { return chunk * stag
 
 /// One model piece held by this rank.
 struct LocalPiece {
-  int piece = 0;  // index in model order
-  int chunk = 0;  // index among this rank's chunks
-  LayerRange layers;
-  torch::nn::Sequential module;
+  int piece = 0;                 ///< index in model order
+  int chunk = 0;                 ///< index among this rank's chunks
+  LayerRange layers;             ///< The model's layers it holds.
+  torch::nn::Sequential module;  ///< Those layers, built.
 };
 
 // [quote:build_local_pieces]

@@ -1,7 +1,4 @@
 #pragma once
-// Uniform<P>: layers spread evenly over P stages; when they do not divide, the first pieces get
-// one layer more (so sizes differ by at most one, and the earlier stages — which also hold the
-// most in-flight activations under 1F1B — are never the smaller ones by more than one layer).
 #include <cstdint>
 #include <span>
 #include <string>
@@ -30,14 +27,21 @@ inline void check_enough_layers(const std::string& policy, int pieces, int chunk
 }
 }  // namespace detail
 
+/// Uniform<P>: layers spread evenly over P stages; when they do not divide, the first pieces get
+/// one layer more (so sizes differ by at most one, and the earlier stages — which also hold the
+/// most in-flight activations under 1F1B — are never the smaller ones by more than one layer).
 template <int P>
 struct Uniform {
   static_assert(P >= 1, "mpp: Uniform<P> needs P >= 1 stages");
-  static constexpr int stages = P;
+  static constexpr int stages = P;  ///< P, the pipeline ranks.
 
+  /// P, whatever the chunks per rank.
   static constexpr int stages_for(int /*chunks_per_rank*/) { return P; }
+  /// "Uniform<P>".
   static std::string name() { return "Uniform<" + std::to_string(P) + ">"; }
 
+  /// The layer range of each of the P * `chunks_per_rank` pieces, in model order, for one cost
+  /// per layer in `layer_costs`. Throws partition_error when a piece would get no layer.
   static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs,
                                        int chunks_per_rank) {
     const int pieces = P * chunks_per_rank;

@@ -5,9 +5,11 @@
 
 namespace mpp {
 
+/// How a comm policy's sends and receives complete, which decides how a table is lowered and
+/// which orders deadlock.
 enum class CommSemantics {
-  rendezvous,  // a send completes only when the peer has received (Gloo's blocking send)
-  buffered,    // sends are posted and waited later; receives may be posted early (isend/irecv)
+  rendezvous,  ///< a send completes only when the peer has received (Gloo's blocking send)
+  buffered,    ///< sends are posted and waited later; receives may be posted early (isend/irecv)
 };
 
 }  // namespace mpp

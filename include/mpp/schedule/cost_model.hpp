@@ -7,12 +7,13 @@ namespace mpp {
 /// Durations of one action on one chunk. The defaults are the "unit costs" of the literature:
 /// T_F = 1, T_B = 2 (= T_I + T_W with T_I = T_W = 1), free communication.
 struct Costs {
-  int forward = 1;      // T_F
-  int backward = 2;     // T_B, a full backward
-  int input_grad = 1;   // T_I
-  int weight_grad = 1;  // T_W
-  int comm = 0;         // T_comm: one point-to-point transfer between neighbouring ranks
+  int forward = 1;      ///< T_F, one forward
+  int backward = 2;     ///< T_B, a full backward
+  int input_grad = 1;   ///< T_I, the input-grad half of a split backward
+  int weight_grad = 1;  ///< T_W, the weight-grad half
+  int comm = 0;         ///< T_comm: one point-to-point transfer between neighbouring ranks
 
+  /// The duration of `op`: its compute cost, or `comm` for a send or receive.
   constexpr int of(Op op) const {
     switch (op) {
       case Op::F:

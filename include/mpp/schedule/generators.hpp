@@ -7,15 +7,17 @@
 
 namespace mpp {
 
+/// The built-in schedules, as named at run time (mpp-schedule, the labs' flags).
 enum class ScheduleKind { naive, gpipe, one_f_one_b, interleaved_1f1b, zero_bubble_h1 };
 
 /// A built-in schedule chosen at run time.
 struct ScheduleSpec {
-  ScheduleKind kind = ScheduleKind::one_f_one_b;
-  int micro_batches = 1;
-  int chunks_per_rank = 1;
+  ScheduleKind kind = ScheduleKind::one_f_one_b;  ///< Which generator.
+  int micro_batches = 1;                          ///< M, micro-batches per step (>= 1).
+  int chunks_per_rank = 1;  ///< V, model chunks per rank (> 1 only for interleaved_1f1b).
 };
 
+/// The policy tag's name: "GPipe", "OneFOneB", ...
 constexpr std::string_view name_of(ScheduleKind kind) {
   switch (kind) {
     case ScheduleKind::naive:
@@ -167,6 +169,8 @@ constexpr void generate_into(ScheduleTable& t, const ScheduleSpec& spec, int ran
   }
 }
 
+/// The table of `spec` on `ranks` ranks; a rule it breaks is in the table's `error` (see
+/// generate_into).
 constexpr ScheduleTable generate(const ScheduleSpec& spec, int ranks) {
   ScheduleTable t{};
   generate_into(t, spec, ranks);

@@ -236,6 +236,7 @@ constexpr void lower_into(ScheduleTable& out, const ScheduleTable& in, CommSeman
   }
 }
 
+/// lower_into() returning a new table.
 constexpr ScheduleTable lower(const ScheduleTable& in, CommSemantics semantics,
                               const Costs& costs = {}) {
   ScheduleTable out{};

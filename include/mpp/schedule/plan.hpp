@@ -24,19 +24,31 @@
 
 namespace mpp {
 
+/// A lowered, verified schedule with its predicted figures: what an executor runs (see the file
+/// comment for how). Built by make_plan(), plan_into() or plan_for().
 struct Plan {
-  ScheduleTable table{};   // lowered for table.semantics
-  VerifyResult figures{};  // predicted makespan, bubble, peak in-flight per rank (units of `costs`)
-  Costs costs{};
+  ScheduleTable table{};  ///< lowered for table.semantics
+  VerifyResult
+      figures{};  ///< predicted makespan, bubble, peak in-flight per rank (units of `costs`)
+  Costs costs{};  ///< The cost model the figures were predicted with.
 
+  /// Pipeline ranks P.
   constexpr int ranks() const { return table.ranks; }
+  /// Global stages P * V.
   constexpr int stages() const { return table.stages(); }
+  /// Micro-batches M per step.
   constexpr int micro_batches() const { return table.micro_batches; }
+  /// Model chunks V per rank.
   constexpr int chunks_per_rank() const { return table.chunks_per_rank; }
+  /// The semantics the table was lowered for.
   constexpr CommSemantics semantics() const { return table.semantics; }
+  /// What `rank` runs, in order.
   constexpr std::span<const Action> actions(int rank) const { return table.rank_actions(rank); }
+  /// The global stage of local `chunk` on `rank`.
   constexpr int stage_of(int rank, int chunk) const { return table.stage_of(rank, chunk); }
+  /// The rank that holds `stage`.
   constexpr int rank_of(int stage) const { return table.rank_of(stage); }
+  /// The local chunk index of `stage`.
   constexpr int chunk_of(int stage) const { return table.chunk_of(stage); }
 };
 

@@ -19,10 +19,13 @@ concept schedule = requires(int ranks) {
 
 /// Stop-and-wait: the whole batch is one micro-batch, forward through every stage, then back.
 struct Naive {
-  static constexpr int micro_batches = 1;
-  static constexpr int chunks_per_rank = 1;
+  static constexpr int micro_batches = 1;    ///< M, micro-batches per step.
+  static constexpr int chunks_per_rank = 1;  ///< V, model chunks per rank.
+  /// The display name (benchmarks, mpp-schedule).
   static constexpr std::string_view name = "Naive";
+  /// The same schedule as a run-time choice.
   static constexpr ScheduleSpec spec{ScheduleKind::naive, 1, 1};
+  /// The compute table on `ranks` ranks; a rule it breaks is in its `error`.
   static constexpr ScheduleTable table(int ranks) { return generate(spec, ranks); }
 };
 
@@ -32,10 +35,13 @@ struct GPipe {
   static_assert(M >= 1, "mpp: GPipe<M> needs M >= 1 micro-batch");
   static_assert(6 * M <= max_actions_per_rank,
                 "mpp: GPipe<M> exceeds mpp::max_actions_per_rank; lower M");
-  static constexpr int micro_batches = M;
-  static constexpr int chunks_per_rank = 1;
+  static constexpr int micro_batches = M;    ///< M, micro-batches per step.
+  static constexpr int chunks_per_rank = 1;  ///< V, model chunks per rank.
+  /// The display name (benchmarks, mpp-schedule).
   static constexpr std::string_view name = "GPipe";
+  /// The same schedule as a run-time choice.
   static constexpr ScheduleSpec spec{ScheduleKind::gpipe, M, 1};
+  /// The compute table on `ranks` ranks; a rule it breaks is in its `error`.
   static constexpr ScheduleTable table(int ranks) { return generate(spec, ranks); }
 };
 
@@ -45,10 +51,13 @@ struct OneFOneB {
   static_assert(M >= 1, "mpp: OneFOneB<M> needs M >= 1 micro-batch");
   static_assert(6 * M <= max_actions_per_rank,
                 "mpp: OneFOneB<M> exceeds mpp::max_actions_per_rank; lower M");
-  static constexpr int micro_batches = M;
-  static constexpr int chunks_per_rank = 1;
+  static constexpr int micro_batches = M;    ///< M, micro-batches per step.
+  static constexpr int chunks_per_rank = 1;  ///< V, model chunks per rank.
+  /// The display name (benchmarks, mpp-schedule).
   static constexpr std::string_view name = "OneFOneB";
+  /// The same schedule as a run-time choice.
   static constexpr ScheduleSpec spec{ScheduleKind::one_f_one_b, M, 1};
+  /// The compute table on `ranks` ranks; a rule it breaks is in its `error`.
   static constexpr ScheduleTable table(int ranks) { return generate(spec, ranks); }
 };
 
@@ -62,10 +71,13 @@ struct Interleaved1F1B {
                 "mpp: Interleaved1F1B<M, V> needs V <= mpp::max_chunks_per_rank");
   static_assert(6 * M * V <= max_actions_per_rank,
                 "mpp: Interleaved1F1B<M, V> exceeds mpp::max_actions_per_rank; lower M or V");
-  static constexpr int micro_batches = M;
-  static constexpr int chunks_per_rank = V;
+  static constexpr int micro_batches = M;    ///< M, micro-batches per step.
+  static constexpr int chunks_per_rank = V;  ///< V, model chunks per rank.
+  /// The display name (benchmarks, mpp-schedule).
   static constexpr std::string_view name = "Interleaved1F1B";
+  /// The same schedule as a run-time choice.
   static constexpr ScheduleSpec spec{ScheduleKind::interleaved_1f1b, M, V};
+  /// The compute table on `ranks` ranks; a rule it breaks is in its `error`.
   static constexpr ScheduleTable table(int ranks) { return generate(spec, ranks); }
 };
 
@@ -75,10 +87,13 @@ struct ZeroBubbleH1 {
   static_assert(M >= 1, "mpp: ZeroBubbleH1<M> needs M >= 1 micro-batch");
   static_assert(7 * M <= max_actions_per_rank,
                 "mpp: ZeroBubbleH1<M> exceeds mpp::max_actions_per_rank; lower M");
-  static constexpr int micro_batches = M;
-  static constexpr int chunks_per_rank = 1;
+  static constexpr int micro_batches = M;    ///< M, micro-batches per step.
+  static constexpr int chunks_per_rank = 1;  ///< V, model chunks per rank.
+  /// The display name (benchmarks, mpp-schedule).
   static constexpr std::string_view name = "ZeroBubbleH1";
+  /// The same schedule as a run-time choice.
   static constexpr ScheduleSpec spec{ScheduleKind::zero_bubble_h1, M, 1};
+  /// The compute table on `ranks` ranks; a rule it breaks is in its `error`.
   static constexpr ScheduleTable table(int ranks) { return generate(spec, ranks); }
 };
 
@@ -137,11 +152,14 @@ constexpr ScheduleTable table_from_rows(const Rows& rows, int ranks,
 /// then `mpp::Custom<rows>`. M and V are deduced from the largest micro-batch and chunk used.
 template <const auto& Rows, CommSemantics Semantics = CommSemantics::buffered>
 struct Custom {
+  /// M: the largest micro-batch used, plus one.
   static constexpr int micro_batches = detail::rows_max_plus_one(Rows, false);
+  /// V: the largest chunk used, plus one.
   static constexpr int chunks_per_rank =
       detail::rows_max_plus_one(Rows, true) < 1 ? 1 : detail::rows_max_plus_one(Rows, true);
-  static constexpr int ranks = static_cast<int>(std::size(Rows));
-  static constexpr std::string_view name = "Custom";
+  static constexpr int ranks = static_cast<int>(std::size(Rows));  ///< P: the number of rows.
+  static constexpr std::string_view name = "Custom";               ///< The display name.
+  /// The table of the rows; its `error` says so when `ranks_asked` is not the number of rows.
   static constexpr ScheduleTable table(int ranks_asked) {
     return table_from_rows(Rows, ranks_asked, Semantics);
   }

@@ -101,9 +101,10 @@ inline std::string xml_escape(const std::string& s) {
 
 }  // namespace detail
 
+/// How render_ascii() draws.
 struct AsciiOptions {
-  int max_columns =
-      160;  // time cells per row; predicted timelines use one cell per cost unit if they fit
+  /// Time cells per row; predicted timelines use one cell per cost unit if they fit.
+  int max_columns = 160;
 };
 
 /// Rank rows by time cells: each action shows its label ("F3", "B0", "I2", "W1"; chunk letter
@@ -162,11 +163,12 @@ inline std::string render_ascii(std::span<const TimedEvent> events,
   return out;
 }
 
+/// How render_svg() draws.
 struct SvgOptions {
-  std::string title;
-  std::string subtitle;        // e.g. the figures
-  double pixels_per_unit = 0;  // 0: fit the timeline into ~900 px
-  int row_height = 26;
+  std::string title;           ///< Drawn above the timeline; empty for none.
+  std::string subtitle;        ///< Drawn under the title (the figures, say); empty for none.
+  double pixels_per_unit = 0;  ///< 0: fit the timeline into ~900 px
+  int row_height = 26;         ///< Pixels per rank row.
 };
 
 /// One row per rank, one box per action (F blue, B green, I light green, W purple, transfers

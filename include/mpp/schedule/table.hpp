@@ -11,11 +11,12 @@ namespace mpp {
 
 /// Capacity limits of a ScheduleTable (a table is a plain array so that it can be constexpr data).
 /// Beyond them a generator or make_plan() reports a ScheduleTable::error / throws ScheduleError.
-inline constexpr int max_ranks = 32;               // pipeline ranks P
-inline constexpr int max_chunks_per_rank = 8;      // V
-inline constexpr int max_actions_per_rank = 1024;  // compute + communication actions of one rank
-/// Worst case per rank is 7 * V * M actions (ZB-H1 lowered: F, I, W and four comm ops), so any
-/// schedule with V * M <= 146 fits; 1F1B/GPipe lowered need 6 * V * M.
+inline constexpr int max_ranks = 32;           ///< pipeline ranks P
+inline constexpr int max_chunks_per_rank = 8;  ///< V
+/// Compute and communication actions of one rank. The worst case is 7 * V * M actions (ZB-H1
+/// lowered: F, I, W and four comm ops), so any schedule with V * M <= 146 fits; 1F1B/GPipe
+/// lowered need 6 * V * M.
+inline constexpr int max_actions_per_rank = 1024;
 
 /// Thrown by run-time entry points when a schedule is rejected; the message names the rule
 /// and the fix, like the compile-time diagnostics.
@@ -28,24 +29,33 @@ struct ScheduleError : std::invalid_argument {
 ///
 /// Stage <-> rank map: stage = chunk * ranks + rank, rank = stage % ranks, chunk = stage / ranks.
 struct ScheduleTable {
-  int ranks = 0;            // P
-  int micro_batches = 0;    // M
-  int chunks_per_rank = 1;  // V
-  bool lowered = false;     // true once SEND/RECV are explicit (see lower())
-  CommSemantics semantics = CommSemantics::buffered;  // what the lowering ordered for
-  FixedText error{};  // non-empty when the generator rejected its parameters
-  int length[max_ranks]{};
+  int ranks = 0;            ///< P
+  int micro_batches = 0;    ///< M
+  int chunks_per_rank = 1;  ///< V
+  bool lowered = false;     ///< true once SEND/RECV are explicit (see lower())
+  CommSemantics semantics = CommSemantics::buffered;  ///< what the lowering ordered for
+  FixedText error{};        ///< non-empty when the generator rejected its parameters
+  int length[max_ranks]{};  ///< Actions in each rank's row.
+  /// Each rank's row; entries past `length[rank]` are unused.
   Action actions[max_ranks][max_actions_per_rank]{};
 
+  /// True unless the generator rejected its parameters (then `error` says why).
   constexpr bool ok() const { return error.empty(); }
+  /// Global stages, P * V.
   constexpr int stages() const { return ranks * chunks_per_rank; }
+  /// The global stage of local `chunk` on `rank`.
   constexpr int stage_of(int rank, int chunk) const { return chunk * ranks + rank; }
+  /// The rank that holds `stage`.
   constexpr int rank_of(int stage) const { return stage % ranks; }
+  /// The local chunk index of `stage` on its rank.
   constexpr int chunk_of(int stage) const { return stage / ranks; }
+  /// The number of actions in `rank`'s row.
   constexpr int size(int rank) const { return length[rank]; }
+  /// `rank`'s row, in execution order.
   constexpr std::span<const Action> rank_actions(int rank) const {
     return {actions[rank], static_cast<std::size_t>(length[rank])};
   }
+  /// The action at `step` of `rank`'s row (unchecked).
   constexpr const Action& at(int rank, int step) const { return actions[rank][step]; }
 
   /// Appends an action to a rank's table, filling in stage (from chunk) and, for comm ops,

@@ -6,15 +6,16 @@
 
 namespace mpp {
 
+/// One timed action of one rank, predicted or measured (see the file comment).
 struct TimedEvent {
-  int rank = 0;
-  double start =
-      0;  // cost units when predicted; any consistent unit (e.g. microseconds) when measured
-  double end = 0;
-  Op op = Op::F;
-  int micro_batch = 0;
-  int chunk = 0;
-  int stage = 0;
+  int rank = 0;  ///< The rank that ran it.
+  /// Cost units when predicted; any consistent unit (microseconds, say) when measured.
+  double start = 0;
+  double end = 0;       ///< In the unit of `start`.
+  Op op = Op::F;        ///< What ran.
+  int micro_batch = 0;  ///< Its micro-batch.
+  int chunk = 0;        ///< Local chunk on the rank.
+  int stage = 0;        ///< Global stage.
 };
 
 }  // namespace mpp

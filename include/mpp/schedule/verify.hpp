@@ -12,20 +12,23 @@ namespace mpp {
 
 /// The rules a table must satisfy, in the order the verifier checks them.
 enum class Rule {
-  none,
-  parameters,     // the generator rejected (P, M, V), or capacity exceeded
-  stage_map,      // micro-batch/chunk in range and stage == chunk * ranks + rank
-  comm_endpoint,  // a SEND/RECV goes to the neighbouring stage's rank and exists there
-  exactly_once,  // every (stage, mb): F once, backward once (B, or I then W), one send, one receive
-  forward_before_backward,        // B/I(stage, mb) after F(stage, mb) on its rank
-  input_grad_before_weight_grad,  // W(stage, mb) after I(stage, mb)
-  dependency_order,  // F(s) after F(s-1), backward(s) after backward(s+1) when both are on one rank
-  send_after_compute,      // SEND_F after its F, SEND_B after its B/I
-  receive_before_compute,  // lowered tables: RECV_F before F, RECV_B before B/I
-  matched_messages,        // the k-th send of a channel meets the k-th receive, same (stage, mb)
-  deadlock,                // the replay runs to the end on every rank
+  none,           ///< No rule broken.
+  parameters,     ///< the generator rejected (P, M, V), or capacity exceeded
+  stage_map,      ///< micro-batch/chunk in range and stage == chunk * ranks + rank
+  comm_endpoint,  ///< a SEND/RECV goes to the neighbouring stage's rank and exists there
+  /// every (stage, mb): F once, backward once (B, or I then W), one send, one receive
+  exactly_once,
+  forward_before_backward,        ///< B/I(stage, mb) after F(stage, mb) on its rank
+  input_grad_before_weight_grad,  ///< W(stage, mb) after I(stage, mb)
+  /// F(s) after F(s-1), backward(s) after backward(s+1) when both are on one rank
+  dependency_order,
+  send_after_compute,      ///< SEND_F after its F, SEND_B after its B/I
+  receive_before_compute,  ///< lowered tables: RECV_F before F, RECV_B before B/I
+  matched_messages,        ///< the k-th send of a channel meets the k-th receive, same (stage, mb)
+  deadlock,                ///< the replay runs to the end on every rank
 };
 
+/// The rule's name as messages print it ("no deadlock", "exactly once").
 constexpr std::string_view to_string(Rule rule) {
   switch (rule) {
     case Rule::none:
@@ -60,19 +63,22 @@ constexpr std::string_view to_string(Rule rule) {
 /// rank's table) and `action` say where, `message` says it in words with the fix.
 /// Figures (valid when ok) are in the cost model's units.
 struct VerifyResult {
-  bool ok = false;
-  FixedText message{};
-  Rule rule = Rule::none;
-  int rank = -1;
-  int step = -1;
-  Action action{};
-  int ranks = 0;
-  int makespan = 0;    // time from the first action to the last completion on any rank
-  int total_busy = 0;  // summed compute time over ranks (communication is not compute)
-  int busy[max_ranks]{};
-  int peak_in_flight[max_ranks]{};  // (stage, mb) forwarded but not yet fully backwarded, per rank
+  bool ok = false;         ///< True when every rule holds.
+  FixedText message{};     ///< The broken rule in words, with the fix; empty when ok.
+  Rule rule = Rule::none;  ///< The broken rule.
+  int rank = -1;           ///< Where it broke: the rank, -1 when no single rank is to blame.
+  int step = -1;           ///< Index of the offending action in that rank's table, or -1.
+  Action action{};         ///< The offending action.
+  int ranks = 0;           ///< P.
+  int makespan = 0;        ///< time from the first action to the last completion on any rank
+  int total_busy = 0;      ///< summed compute time over ranks (communication is not compute)
+  int busy[max_ranks]{};   ///< Compute time of each rank.
+  /// Peak (stage, mb) pairs forwarded but not yet fully backwarded, per rank.
+  int peak_in_flight[max_ranks]{};
 
+  /// True when the table is sound (same as `ok`).
   constexpr explicit operator bool() const { return ok; }
+  /// Summed idle time over ranks: ranks * makespan - total_busy.
   constexpr int total_idle() const { return ranks * makespan - total_busy; }
   /// Idle share of the step: idle / (ranks * makespan). GPipe/1F1B: (P-1)/(M+P-1).
   constexpr double bubble_fraction() const {
@@ -84,6 +90,7 @@ struct VerifyResult {
   constexpr double bubble_ratio() const {
     return total_busy > 0 ? static_cast<double>(total_idle()) / total_busy : 0.0;
   }
+  /// The largest peak_in_flight over the ranks.
   constexpr int max_peak_in_flight() const {
     int m = 0;
     for (int r = 0; r < ranks; ++r) m = peak_in_flight[r] > m ? peak_in_flight[r] : m;

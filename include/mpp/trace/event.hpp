@@ -9,18 +9,20 @@
 
 namespace mpp::trace {
 
+/// What a recorded event is: a compute the schedule planned, or time spent on communication.
 enum class EventKind : std::uint8_t {
-  forward,      // F: a piece's forward on one micro-batch
-  backward,     // B: full backward (input and weight gradients)
-  input_grad,   // I: gradient w.r.t. the piece's input only (zero-bubble)
-  weight_grad,  // W: gradient w.r.t. the piece's parameters (zero-bubble)
-  recompute,    // the forward re-run before a backward under Recompute
-  send,         // posting (async) or completing (blocking) a send
-  recv_wait,    // blocked until a received activation or gradient is there
-  send_wait,    // end of step: waiting for the sends still in flight
-  loss_sync,    // end of step: sharing the loss with every rank
+  forward,      ///< F: a piece's forward on one micro-batch
+  backward,     ///< B: full backward (input and weight gradients)
+  input_grad,   ///< I: gradient w.r.t. the piece's input only (zero-bubble)
+  weight_grad,  ///< W: gradient w.r.t. the piece's parameters (zero-bubble)
+  recompute,    ///< the forward re-run before a backward under Recompute
+  send,         ///< posting (async) or completing (blocking) a send
+  recv_wait,    ///< blocked until a received activation or gradient is there
+  send_wait,    ///< end of step: waiting for the sends still in flight
+  loss_sync,    ///< end of step: sharing the loss with every rank
 };
 
+/// A short label: "F", "B", "I", "W", "R", "send", "recv-wait", "send-wait", "loss-sync".
 constexpr std::string_view kind_name(EventKind k) {
   switch (k) {
     case EventKind::forward:
@@ -51,27 +53,30 @@ constexpr bool is_compute(EventKind k) {
          k == EventKind::weight_grad || k == EventKind::recompute;
 }
 
+/// One timed event of a rank's step.
 struct Event {
-  EventKind kind = EventKind::forward;
-  Op op = Op::F;  // the table action it belongs to (SEND_B, RECV_F ... for comm events)
-  std::int32_t micro_batch = -1;
-  std::int32_t chunk = 0;
-  std::int32_t peer = -1;  // for send / recv-wait
-  double begin_us = 0.0;   // since the step began on this rank
-  double end_us = 0.0;
+  EventKind kind = EventKind::forward;  ///< What happened.
+  Op op = Op::F;  ///< the table action it belongs to (SEND_B, RECV_F ... for comm events)
+  std::int32_t micro_batch = -1;  ///< -1 when the event belongs to no micro-batch (loss-sync).
+  std::int32_t chunk = 0;         ///< Local chunk on the rank.
+  std::int32_t peer = -1;         ///< for send / recv-wait
+  double begin_us = 0.0;          ///< since the step began on this rank
+  double end_us = 0.0;            ///< Microseconds since the step began on this rank.
 
+  /// end_us - begin_us.
   constexpr double duration_us() const { return end_us - begin_us; }
 };
 
 /// One rank's step: its events, how long it took, and what it held.
 struct RankTrace {
-  int rank = 0;
-  double start_us = 0.0;  // the step's start on the machine's monotonic clock (aligns ranks)
-  double step_us = 0.0;
-  std::vector<Event> events;
-  std::int64_t peak_activation_bytes = 0;  // largest total of tensors kept for backward
-  int peak_in_flight = 0;  // most micro-batches between F and their last backward op
+  int rank = 0;               ///< The rank that recorded it.
+  double start_us = 0.0;      ///< the step's start on the machine's monotonic clock (aligns ranks)
+  double step_us = 0.0;       ///< How long the step took on this rank, in microseconds.
+  std::vector<Event> events;  ///< In the order they were recorded.
+  std::int64_t peak_activation_bytes = 0;  ///< largest total of tensors kept for backward
+  int peak_in_flight = 0;  ///< most micro-batches between F and their last backward op
 
+  /// Time spent computing (forward, backward, I, W, recompute), in microseconds.
   double compute_us() const {
     double t = 0.0;
     for (const auto& e : events)

@@ -20,45 +20,46 @@ namespace mpp::trace {
 
 /// One curve of a line plot (x and y of the same length), or one series of a bar chart (y only).
 struct Series {
-  std::string name;
-  std::vector<double> x;
-  std::vector<double> y;
+  std::string name;       ///< Legend text.
+  std::vector<double> x;  ///< Empty for a bar chart.
+  std::vector<double> y;  ///< One value per x (per category in a bar chart).
 };
 
 /// A labelled horizontal line across the plot: a budget, a floor, a prediction.
 struct Reference {
-  std::string label;
-  double value = 0;
+  std::string label;  ///< Written above the line, at its left end.
+  double value = 0;   ///< In the y axis's unit; a line outside the axis range is not drawn.
 };
 
+/// How render_line_plot() and render_bar_chart() draw.
 struct PlotOptions {
-  std::string title;
-  std::string subtitle;
-  std::string x_label;
-  std::string y_label;
-  bool log_x = false;  // logarithmic axes need positive values (others are skipped)
-  bool log_y = false;
-  bool y_from_zero = true;  // linear y axis starts at 0 unless the data goes below
-  int width = 720;
-  int height = 380;
-  std::vector<Reference> references;
+  std::string title;        ///< Drawn above the plot.
+  std::string subtitle;     ///< Drawn under the title; empty for none.
+  std::string x_label;      ///< Axis title.
+  std::string y_label;      ///< Axis title.
+  bool log_x = false;       ///< logarithmic axes need positive values (others are skipped)
+  bool log_y = false;       ///< Logarithmic y axis (positive values only, like log_x).
+  bool y_from_zero = true;  ///< linear y axis starts at 0 unless the data goes below
+  int width = 720;          ///< Pixels.
+  int height = 380;         ///< Pixels.
+  std::vector<Reference> references;  ///< Horizontal lines drawn across the plot.
 };
 
 /// One box of a lane chart: [start, end) on `lane`, drawn in `fill`, with an optional label
 /// inside (shown when it fits) and a tooltip.
 struct LaneSpan {
-  int lane = 0;
-  double start = 0;
-  double end = 0;
-  std::string label;
-  std::string fill = "#4e79a7";
-  std::string tooltip;
+  int lane = 0;                  ///< Row index from 0 (top).
+  double start = 0;              ///< In the chart's x unit.
+  double end = 0;                ///< Exclusive.
+  std::string label;             ///< Shown inside the box when it fits.
+  std::string fill = "#4e79a7";  ///< An SVG colour.
+  std::string tooltip;           ///< Shown on hover; empty for none.
 };
 
 /// A colour and what it means, for a lane chart's legend.
 struct LegendEntry {
-  std::string name;
-  std::string fill;
+  std::string name;  ///< What the colour means.
+  std::string fill;  ///< An SVG colour.
 };
 
 namespace detail {

@@ -1,6 +1,5 @@
 #pragma once
-// Records a rank's events during a step: two clock reads and a push into a reserved vector per
-// action, so it is always on.
+// A rank's step recorder.
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -9,10 +8,15 @@
 
 namespace mpp::trace {
 
+/// Records a rank's events during a step: two clock reads and a push into a reserved vector per
+/// action, so it is always on. One per rank, used from one thread.
 class Recorder {
  public:
+  /// The clock events are timed with.
   using clock = std::chrono::steady_clock;
 
+  /// Starts a new step of `rank`, dropping the previous trace; `expected_events` reserves room
+  /// so that recording does not allocate.
   void begin_step(int rank, std::size_t expected_events) {
     trace_ = RankTrace{};
     trace_.rank = rank;
@@ -23,8 +27,10 @@ class Recorder {
     in_flight_ = 0;
   }
 
+  /// The current time, for an event's begin and end.
   clock::time_point now() const { return clock::now(); }
 
+  /// Records an event that ran from `begin` to `end` (times from now()).
   void record(EventKind kind, Op op, int micro_batch, int chunk, int peer, clock::time_point begin,
               clock::time_point end) {
     trace_.events.push_back(
@@ -36,14 +42,20 @@ class Recorder {
     held_bytes_ += bytes;
     if (held_bytes_ > trace_.peak_activation_bytes) trace_.peak_activation_bytes = held_bytes_;
   }
+  /// Bytes no longer kept (their backward ran).
   void release(std::int64_t bytes) { held_bytes_ -= bytes; }
+  /// A micro-batch's forward started on this rank.
   void enter_flight() {
     if (++in_flight_ > trace_.peak_in_flight) trace_.peak_in_flight = in_flight_;
   }
+  /// A micro-batch's last backward op ended on this rank.
   void leave_flight() { --in_flight_; }
+  /// Bytes held now.
   std::int64_t held_bytes() const { return held_bytes_; }
 
+  /// Ends the step: sets its duration.
   void end_step() { trace_.step_us = since_start(clock::now()); }
+  /// The trace recorded so far (complete after end_step()).
   const RankTrace& trace() const { return trace_; }
 
  private:

@@ -18,17 +18,20 @@ namespace mpp::trace {
 
 /// Measured figures of one step over all ranks.
 struct StepFigures {
-  int ranks = 0;
-  double step_us = 0.0;  // the slowest rank's step
-  double bubble = 0.0;   // share of rank time not spent computing: 1 - sum(compute) / sum(step)
-  std::vector<double> rank_bubble;
-  std::vector<std::int64_t> peak_activation_bytes;
-  std::vector<int> peak_in_flight;
-  // Mean measured durations (us) of one F, B, I and W on one chunk: the cost model's inputs.
+  int ranks = 0;         ///< Ranks traced.
+  double step_us = 0.0;  ///< the slowest rank's step
+  /// share of rank time not spent computing: 1 - sum(compute) / sum(step)
+  double bubble = 0.0;
+  std::vector<double> rank_bubble;  ///< Each rank's bubble (RankTrace::bubble()), by rank.
+  std::vector<std::int64_t> peak_activation_bytes;  ///< Each rank's peak, by rank.
+  std::vector<int> peak_in_flight;  ///< Each rank's peak micro-batches in flight, by rank.
+  /// Mean measured durations (us) of one F, B, I and W on one chunk: the cost model's inputs.
+  ///@{
   double forward_us = 0.0, backward_us = 0.0, input_grad_us = 0.0, weight_grad_us = 0.0;
-  // Mean time from a send's start to the end of the receiver's wait for it, over the messages
-  // the receiver was already waiting for: what one transfer costs on the critical path (0 if
-  // no receiver ever waited). Ranks' clocks must be comparable (one host: CLOCK_MONOTONIC).
+  ///@}
+  /// Mean time from a send's start to the end of the receiver's wait for it, over the messages
+  /// the receiver was already waiting for: what one transfer costs on the critical path (0 if
+  /// no receiver ever waited). Ranks' clocks must be comparable (one host: CLOCK_MONOTONIC).
   double message_latency_us = 0.0;
 };
 
@@ -65,6 +68,7 @@ inline double message_latency_us(std::span<const RankTrace> traces) {
   return sum / static_cast<double>(samples.size());
 }
 
+/// The figures of one step from every rank's trace (indexed by rank).
 inline StepFigures step_figures(std::span<const RankTrace> traces) {
   StepFigures f;
   f.ranks = static_cast<int>(traces.size());
@@ -204,6 +208,7 @@ inline std::string svg_timeline(std::span<const RankTrace> traces, const SvgOpti
   return render_svg(events, options);
 }
 
+/// `bytes` for people: "1.50 MiB" from 1 MiB up, "12.0 KiB" below.
 inline std::string format_bytes(std::int64_t bytes) {
   char buf[32];
   if (bytes >= (1 << 20))

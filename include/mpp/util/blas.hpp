@@ -20,17 +20,22 @@
 /// Helpers that need neither LibTorch nor the rest of mpp.
 namespace mpp::util {
 
+/// Which BLAS implementation a library file is.
 enum class BlasKind { none, openblas, reference, blis, mkl, atlas, other };
 
+/// The BLAS a process runs with, from detect_blas() or classify_blas().
 struct BlasInfo {
-  BlasKind kind = BlasKind::none;
-  std::string loaded_path;  // as the dynamic linker loaded it (often the alternatives symlink)
-  std::string real_path;    // the file behind the symlinks
-  std::string variant;      // OpenBLAS/BLIS threading: "openmp", "pthread", "serial" or ""
-  std::string config;       // openblas_get_config() when available
-  int threads = -1;         // the library's own thread count when it can tell, else -1
+  BlasKind kind = BlasKind::none;  ///< The implementation.
+  /// as the dynamic linker loaded it (often the alternatives symlink)
+  std::string loaded_path;
+  std::string real_path;  ///< the file behind the symlinks
+  std::string variant;    ///< OpenBLAS/BLIS threading: "openmp", "pthread", "serial" or ""
+  std::string config;     ///< openblas_get_config() when available
+  int threads = -1;       ///< the library's own thread count when it can tell, else -1
 
+  /// True for the slow reference (netlib) BLAS.
   [[nodiscard]] bool is_reference() const { return kind == BlasKind::reference; }
+  /// The implementation's name for people: "OpenBLAS", "reference BLAS (netlib)", ...
   [[nodiscard]] std::string name() const {
     switch (kind) {
       case BlasKind::none:
@@ -53,7 +58,7 @@ struct BlasInfo {
 };
 
 /// Classifies a BLAS by the real path of the library (Debian's layout: one directory per
-/// implementation under /usr/lib/<triplet>/, selected by update-alternatives).
+/// implementation under `/usr/lib/<triplet>/`, selected by update-alternatives).
 inline BlasInfo classify_blas(std::string_view real_path) {
   BlasInfo info;
   info.real_path = std::string(real_path);
@@ -174,6 +179,7 @@ inline std::string blas_report(const BlasInfo& info, int threads_per_rank = -1) 
   return line;
 }
 
+/// blas_report() of the BLAS this process runs with (detect_blas()).
 inline std::string blas_report(int threads_per_rank = -1) {
   return blas_report(detect_blas(), threads_per_rank);
 }
