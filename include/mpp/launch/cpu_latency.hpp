@@ -18,12 +18,15 @@
 
 namespace mpp::launch {
 
+/// The kernel's PM QoS device: a limit written to it holds while the file stays open.
 inline constexpr const char* cpu_latency_device = "/dev/cpu_dma_latency";
 
 /// Holds the CPU wake-up latency limit at `microseconds` while alive; `status()` says whether it
 /// could, in a sentence.
 class CpuLatencyLimit {
  public:
+  /// Asks for `microseconds` (0: idle CPUs poll). Never throws: without the rights (root) the
+  /// limit is simply not held, and status() says so.
   explicit CpuLatencyLimit(std::int32_t microseconds) : microseconds_(microseconds) {
     fd_ = ::open(cpu_latency_device, O_WRONLY | O_CLOEXEC);
     if (fd_ >= 0 && ::write(fd_, &microseconds, sizeof microseconds) ==
@@ -45,8 +48,11 @@ class CpuLatencyLimit {
   CpuLatencyLimit(const CpuLatencyLimit&) = delete;
   CpuLatencyLimit& operator=(const CpuLatencyLimit&) = delete;
 
+  /// Whether the limit is in force.
   bool held() const { return fd_ >= 0; }
+  /// The limit asked for, in microseconds.
   std::int32_t microseconds() const { return microseconds_; }
+  /// One sentence for a log: held or not, and what that means.
   const std::string& status() const { return status_; }
 
  private:

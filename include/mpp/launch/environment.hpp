@@ -22,17 +22,21 @@ class LaunchError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Environment variables as (name, value) pairs, in order.
 using EnvList = std::vector<std::pair<std::string, std::string>>;
 
 /// The shape of the job as torchrun describes it: `nnodes` hosts, `nproc_per_node` ranks each.
 struct WorldLayout {
-  int nproc_per_node = 1;
-  int nnodes = 1;
-  int node_rank = 0;
+  int nproc_per_node = 1;  ///< Ranks on each node (>= 1).
+  int nnodes = 1;          ///< Nodes (>= 1).
+  int node_rank = 0;       ///< This node's index, 0 .. nnodes - 1.
+  /// Where rank 0's rendezvous store listens (node 0's address).
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: pick a free port (only on a single node)
+  int master_port = 0;  ///< 0: pick a free port (only on a single node)
 
+  /// All ranks of the job: nproc_per_node * nnodes.
   [[nodiscard]] int world_size() const { return nproc_per_node * nnodes; }
+  /// The job-wide rank of local rank `local_rank` on this node.
   [[nodiscard]] int global_rank(int local_rank) const {
     return node_rank * nproc_per_node + local_rank;
   }

@@ -30,6 +30,7 @@
 
 namespace mpp::launch {
 
+/// Which output stream a rank's line came from.
 enum class Stream { out, err };
 
 /// What LaunchOptions::allocator_defaults gives every rank (each unless already set): glibc keeps
@@ -39,45 +40,52 @@ inline constexpr std::pair<const char*, const char*> allocator_environment[] = {
     {"MALLOC_MMAP_THRESHOLD_", "33554432"},     // 32 MiB, the most glibc would reach by itself
 };
 
+/// What launch() runs and how: the command, the layout of the job, the environment, deadlines
+/// and where output goes.
 struct LaunchOptions {
-  std::vector<std::string> command;  // program and its arguments, the same for every rank
-  WorldLayout layout;
-  EnvList env;                         // extra variables for every rank; they win over all others
-  std::vector<std::string> unset_env;  // inherited or rank variables to remove (not `env`'s)
-  // One thread per rank unless the caller's environment or `env` says otherwise: ranks share
-  // the cores, and OpenMP/OpenBLAS would otherwise each start one thread per core.
+  std::vector<std::string> command;    ///< program and its arguments, the same for every rank
+  WorldLayout layout;                  ///< This node's place in the job.
+  EnvList env;                         ///< extra variables for every rank; they win over all others
+  std::vector<std::string> unset_env;  ///< inherited or rank variables to remove (not `env`'s)
+  /// One thread per rank unless the caller's environment or `env` says otherwise: ranks share
+  /// the cores, and OpenMP/OpenBLAS would otherwise each start one thread per core.
   bool single_thread_defaults = true;
-  // Keep freed memory in the process unless the caller's environment or `env` says otherwise:
-  // with glibc's defaults the heap is trimmed as soon as a few MiB at its top are free, so every
-  // training step's large temporaries (the optimizer's, the gradients) page-fault in again
-  // (LibTorch's Adam step on 16 M parameters: ~75 ms instead of ~22 ms). Sets
-  // allocator_environment.
+  /// Keep freed memory in the process unless the caller's environment or `env` says otherwise:
+  /// with glibc's defaults the heap is trimmed as soon as a few MiB at its top are free, so every
+  /// training step's large temporaries (the optimizer's, the gradients) page-fault in again
+  /// (LibTorch's Adam step on 16 M parameters: ~75 ms instead of ~22 ms). Sets
+  /// allocator_environment.
   bool allocator_defaults = true;
-  // Run local rank r on the r-th CPU the launcher may use when the node's ranks fit one per CPU
-  // (cpu_binding.hpp); with more ranks than CPUs the scheduler places them, as without it.
+  /// Run local rank r on the r-th CPU the launcher may use when the node's ranks fit one per CPU
+  /// (cpu_binding.hpp); with more ranks than CPUs the scheduler places them, as without it.
   bool bind_cpus = false;
-  std::chrono::milliseconds timeout{0};   // whole-run deadline; 0: none
-  std::chrono::milliseconds grace{3000};  // between SIGTERM and SIGKILL
-  bool stop_all_on_failure = true;        // false: let the other ranks run to their own end
-  std::string log_dir;                    // non-empty: <log_dir>/rank_<r>/{stdout,stderr}.log
-  bool append_logs = false;               // restarts add to the same files
-  std::size_t capture_limit = 16U << 20;  // bytes of output kept per rank (the tail); 0: none
-  std::function<void(int rank, Stream, std::string_view line)> on_line;  // e.g. console echo
-  std::function<bool()> should_stop;  // polled; true stops all ranks (Ctrl-C in mpprun)
-  int restart_count = 0;              // exported as TORCHELASTIC_RESTART_COUNT
-  int max_restarts = 0;
+  std::chrono::milliseconds timeout{0};   ///< whole-run deadline; 0: none
+  std::chrono::milliseconds grace{3000};  ///< between SIGTERM and SIGKILL
+  bool stop_all_on_failure = true;        ///< false: let the other ranks run to their own end
+  std::string log_dir;                    ///< non-empty: `<log_dir>/rank_<r>/{stdout,stderr}.log`
+  bool append_logs = false;               ///< restarts add to the same files
+  std::size_t capture_limit = 16U << 20;  ///< bytes of output kept per rank (the tail); 0: none
+  /// Called with every output line of every rank as it arrives (mpprun echoes them); may be
+  /// empty.
+  std::function<void(int rank, Stream, std::string_view line)> on_line;
+  std::function<bool()> should_stop;  ///< polled; true stops all ranks (Ctrl-C in mpprun)
+  int restart_count = 0;              ///< exported as TORCHELASTIC_RESTART_COUNT
+  int max_restarts = 0;               ///< Exported as TORCHELASTIC_MAX_RESTARTS.
 };
 
+/// How one rank of the node ended, with its captured output.
 struct RankResult {
-  int rank = -1;        // global rank
-  int local_rank = -1;  // index on this node
-  pid_t pid = -1;
-  ExitStatus status;
-  bool stopped_by_launcher = false;  // it was still running when the launcher stopped the job
-  std::string output;                // stdout and stderr lines, in arrival order
-  std::string error_output;          // stderr lines only
+  int rank = -1;                     ///< global rank
+  int local_rank = -1;               ///< index on this node
+  pid_t pid = -1;                    ///< Its process id (also its process group's).
+  ExitStatus status;                 ///< How it ended.
+  bool stopped_by_launcher = false;  ///< it was still running when the launcher stopped the job
+  std::string output;                ///< stdout and stderr lines, in arrival order
+  std::string error_output;          ///< stderr lines only
 
+  /// Exited with code 0.
   [[nodiscard]] bool ok() const { return status.success(); }
+  /// "rank 3 exited with code 1", for messages.
   [[nodiscard]] std::string describe() const {
     std::string text = "rank " + std::to_string(rank) + " " + status.describe();
     if (stopped_by_launcher) text += " (stopped by the launcher)";
@@ -85,15 +93,18 @@ struct RankResult {
   }
 };
 
+/// How the node's ranks ended, from launch().
 struct LaunchResult {
-  std::vector<RankResult> ranks;  // indexed by local rank
+  std::vector<RankResult> ranks;  ///< indexed by local rank
+  /// The rendezvous port the ranks were given (resolved when the layout said 0).
   int master_port = 0;
-  bool timed_out = false;
-  bool interrupted = false;
-  int first_failure = -1;  // local rank whose own failure ended the job, or -1
-  std::chrono::milliseconds elapsed{0};
-  std::chrono::milliseconds timeout{0};
+  bool timed_out = false;                ///< The deadline stopped the job.
+  bool interrupted = false;              ///< should_stop() stopped the job.
+  int first_failure = -1;                ///< local rank whose own failure ended the job, or -1
+  std::chrono::milliseconds elapsed{0};  ///< Wall time of the whole run.
+  std::chrono::milliseconds timeout{0};  ///< The deadline it ran under; 0: none.
 
+  /// Every rank exited with code 0, without timeout or interruption.
   [[nodiscard]] bool ok() const {
     return !timed_out && !interrupted &&
            std::all_of(ranks.begin(), ranks.end(), [](const RankResult& r) { return r.ok(); });

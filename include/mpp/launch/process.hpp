@@ -28,19 +28,22 @@ namespace mpp::launch {
 
 /// How a process ended, as waitpid reports it.
 struct ExitStatus {
-  bool exited = false;  // true: exit_code is valid; false: killed by `signal`
-  int exit_code = -1;
-  int signal = 0;
+  bool exited = false;  ///< true: exit_code is valid; false: killed by `signal`
+  int exit_code = -1;   ///< The process's exit code when `exited`.
+  int signal = 0;       ///< The signal that killed it when not `exited`.
 
+  /// Exited with code 0.
   [[nodiscard]] bool success() const { return exited && exit_code == 0; }
   /// The code a shell would report: the exit code, or 128 + signal.
   [[nodiscard]] int shell_code() const { return exited ? exit_code : 128 + signal; }
+  /// "exited with code 3" or "was killed by signal 9 (SIGKILL)", for messages.
   [[nodiscard]] std::string describe() const {
     if (exited) return "exited with code " + std::to_string(exit_code);
     const char* abbrev = ::sigabbrev_np(signal);
     return "was killed by signal " + std::to_string(signal) + " (" +
            (abbrev ? std::string("SIG") + abbrev : std::string("unknown")) + ")";
   }
+  /// From the status waitpid() returned.
   static ExitStatus from_wait_status(int status) {
     ExitStatus result;
     if (WIFEXITED(status)) {
