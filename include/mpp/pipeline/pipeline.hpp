@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "mpp/partition/model.hpp"
 #include "mpp/pipeline/executor.hpp"
 #include "mpp/pipeline/shape_header.hpp"
+#include "mpp/schedule/compiled_rows.hpp"
 #include "mpp/schedule/plan.hpp"
 #include "mpp/schedule/policies.hpp"
 #include "mpp/trace/event.hpp"
@@ -96,6 +98,10 @@ class Pipeline {
       "mpp: this schedule does not run under this comm policy (see the verifier's message above)");
   // [/quote:verified]
 
+  /// Every rank's lowered row and the verifier's figures, as the compiler proved them: the
+  /// executor runs its rank's row from this constant data.
+  using rows = CompiledRows<Sched, Comm, stages>;
+
   /// The type's display name, "Pipeline<partition, schedule, comm policy>".
   static std::string name() {
     return "Pipeline<" + Stages::name() + ", " + schedule_display_name<Sched>() + ", " +
@@ -138,10 +144,13 @@ class Pipeline {
 
   /// This rank's lowered table, as the executor runs it.
   const std::vector<Action>& actions() const { return executor_->actions(); }
-  /// What the verifier predicts for this schedule and comm policy (unit costs unless set).
-  const VerifyResult& predicted() const { return plan_->figures; }
-  /// Every rank's table, lowered for the comm policy's semantics, with the verifier's figures.
-  const Plan& plan() const { return *plan_; }
+  /// What the verifier proved and predicts for this schedule and comm policy, at unit costs:
+  /// computed by the compiler (see `rows`).
+  static constexpr const VerifyResult& predicted() { return rows::figures; }
+  /// Every rank's table, lowered for the comm policy's semantics, with the verifier's figures,
+  /// for analysis (e.g. predictions from measured costs). It generates, lowers and verifies the
+  /// schedule again on each call; training never calls it, it runs `rows`.
+  static std::unique_ptr<Plan> plan() { return make_plan(Sched::table(stages), Comm::semantics); }
   /// What the last train_step did on this rank: timed events, step time, activation memory.
   const trace::RankTrace& last_trace() const { return executor_->last_trace(); }
 
@@ -159,7 +168,6 @@ class Pipeline {
                            " ranks; launch " + std::to_string(stages) +
                            " ranks (mpprun --nproc-per-node " + std::to_string(stages) + ")" + fix);
     }
-    plan_ = make_plan(Sched::table(stages), Comm::semantics);
     const int rank = group.rank();
     auto pieces = build_local_pieces<Stages>(model, rank, chunks_per_rank);
 
@@ -179,19 +187,14 @@ class Pipeline {
               : ActivationSpec{});
     }
 
-    const auto row = plan_->actions(rank);
-    std::vector<Action> actions(row.begin(), row.end());
-    bool split = false;
-    for (const auto& a : actions) split = split || a.op == Op::I || a.op == Op::W;
-
-    auto executor = std::make_unique<detail::Executor<Comm>>(Communicator<Comm>(std::move(group)),
-                                                             std::move(actions), std::move(pieces),
-                                                             std::move(config));
-    executor->set_split_backward(split);
+    const std::span<const Action> row = rows::row(rank);  // this rank's row, proven
+    auto executor = std::make_unique<detail::Executor<Comm>>(
+        Communicator<Comm>(std::move(group)), std::vector<Action>(row.begin(), row.end()),
+        std::move(pieces), std::move(config));
+    executor->set_split_backward(rows::split_backward);
     return executor;
   }
 
-  std::unique_ptr<Plan> plan_;
   std::unique_ptr<detail::Executor<Comm>> executor_;
 };
 

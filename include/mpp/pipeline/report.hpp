@@ -53,10 +53,11 @@ std::optional<StepReport> report_last_step(const Pipe& pipe, int root = 0) {
   report.traces = std::move(*traces);
   report.figures = trace::step_figures(report.traces);
   report.predicted_unit = pipe.predicted();
+  const auto plan = pipe.plan();  // the lowered tables, for predictions from measured costs
   report.predicted_measured =
-      verify(pipe.plan().table, pipe.plan().semantics(), trace::measured_costs(report.figures));
-  report.predicted_latency = verify(pipe.plan().table, pipe.plan().semantics(),
-                                    trace::measured_costs_with_latency(report.figures));
+      verify(plan->table, plan->semantics(), trace::measured_costs(report.figures));
+  report.predicted_latency =
+      verify(plan->table, plan->semantics(), trace::measured_costs_with_latency(report.figures));
   return report;
 }
 

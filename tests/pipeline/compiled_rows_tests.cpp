@@ -1,0 +1,77 @@
+// A Pipeline runs the rows the compiler proved: constructing it and training generate and verify
+// nothing at run time. Shown with a user's own schedule type (meeting mpp::schedule, outside the
+// library's list) that counts the calls of its table() made while the program runs.
+#include <doctest/doctest.h>
+
+#include <torch/nn/functional/loss.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+
+#include "mpp/comm.hpp"
+#include "mpp/models/mlp.hpp"
+#include "mpp/partition.hpp"
+#include "mpp/pipeline.hpp"
+#include "support/worker.hpp"
+#include "support/world.hpp"
+
+namespace {
+
+int runtime_table_calls = 0;
+
+/// 1F1B with 4 micro-batches, under a name of its own; counts run-time calls of table().
+struct CountingOneFOneB {
+  static constexpr int micro_batches = 4;
+  static constexpr int chunks_per_rank = 1;
+  static constexpr std::string_view name = "CountingOneFOneB";
+  static constexpr mpp::ScheduleTable table(int ranks) {
+    if (!std::is_constant_evaluated()) ++runtime_table_calls;
+    return mpp::OneFOneB<4>::table(ranks);
+  }
+};
+static_assert(mpp::schedule<CountingOneFOneB>);
+
+using Pipe = mpp::Pipeline<mpp::Uniform<2>, CountingOneFOneB, mpp::Async<mpp::Gloo>>;
+// The proof is data: each rank's row, exactly as long as it is, known to the compiler.
+static_assert(Pipe::rows::row(0).size() + Pipe::rows::row(1).size() == Pipe::rows::actions.size());
+static_assert(Pipe::predicted().ok && Pipe::predicted().ranks == 2);
+static_assert(!Pipe::rows::split_backward);
+static_assert(mpp::Pipeline<mpp::Uniform<2>, mpp::ZeroBubbleH1<4>,
+                            mpp::Async<mpp::Gloo>>::rows::split_backward);
+
+MPP_TEST_WORKER("compiled-rows/no-runtime-generation") {
+  auto world = mpp::init_process_group();
+  const mpp::models::MlpConfig config{.hidden = 16, .layers = 4, .seed = 3};
+  Pipe pipe(world, mpp::MlpModel{config});
+  const auto batch = mpp::models::make_regression_batch(config, 8, 0);
+  for (int step = 0; step < 2; ++step)
+    pipe.train_step(pipe.is_first() ? batch.inputs : at::Tensor(),
+                    pipe.is_last() ? batch.targets : at::Tensor(),
+                    [](const at::Tensor& out, const at::Tensor& target) {
+                      return torch::nn::functional::mse_loss(out, target);
+                    });
+  const auto row = Pipe::rows::row(world.rank());
+  const bool same_row =
+      std::equal(row.begin(), row.end(), pipe.actions().begin(), pipe.actions().end());
+  std::printf("training: %d run-time table() calls; executor row equals the compiled row: %s\n",
+              runtime_table_calls, same_row ? "yes" : "no");
+  // The analysis path does generate (and so shows that the counter counts).
+  const auto plan = Pipe::plan();
+  std::printf("after plan(): %d\n", runtime_table_calls);
+  return plan->figures.ok ? 0 : 1;
+}
+
+}  // namespace
+
+TEST_CASE("a Pipeline of a compile-time schedule generates and verifies nothing at run time") {
+  auto world = mpp::test::run_world(2, "compiled-rows/no-runtime-generation");
+  REQUIRE_MESSAGE(world.ok(), world.report());
+  for (int r = 0; r < 2; ++r) {
+    CHECK_MESSAGE(world.output(r).find("training: 0 run-time table() calls; executor row equals "
+                                       "the compiled row: yes\n") != std::string::npos,
+                  world.output(r));
+    CHECK(world.output(r).find("after plan(): 1\n") != std::string::npos);
+  }
+}
