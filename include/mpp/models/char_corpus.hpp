@@ -25,9 +25,11 @@ namespace mpp::models {
 /// Token ids are positions in the alphabet; ids >= alphabet size (vocab padding) decode to '?'.
 class CharTokenizer {
  public:
+  /// The corpus_alphabet_size characters; a token id is a position in it.
   static constexpr std::string_view alphabet = "\n .abcdefghijklmnopqrstuvwxyz";
   static_assert(alphabet.size() == corpus_alphabet_size);
 
+  /// The id of `c`; throws std::invalid_argument for a character outside the alphabet.
   static std::int64_t encode(char c) {
     const auto pos = alphabet.find(c);
     if (pos == std::string_view::npos)
@@ -36,12 +38,14 @@ class CharTokenizer {
                                   "use lower-case letters");
     return static_cast<std::int64_t>(pos);
   }
+  /// The ids of `text`, one per character; throws like encode(char).
   static std::vector<std::int64_t> encode(std::string_view text) {
     std::vector<std::int64_t> ids;
     ids.reserve(text.size());
     for (char c : text) ids.push_back(encode(c));
     return ids;
   }
+  /// The text of `ids`; an id outside the alphabet becomes '?'.
   static std::string decode(const std::vector<std::int64_t>& ids) {
     std::string text;
     text.reserve(ids.size());
@@ -148,6 +152,8 @@ inline std::string generate_corpus(std::int64_t characters, std::uint64_t seed) 
 /// the same window shifted by one as target (consecutive windows share one boundary token).
 class TokenWindows {
  public:
+  /// Windows of `sequence_length` (T >= 1) tokens over `text`; throws std::invalid_argument for
+  /// T < 1 or a character outside the alphabet.
   TokenWindows(const std::string& text, std::int64_t sequence_length)
       : tokens_(torch::tensor(CharTokenizer::encode(text), torch::kLong)),
         sequence_length_(sequence_length) {
@@ -155,12 +161,15 @@ class TokenWindows {
       throw std::invalid_argument("mpp: TokenWindows needs sequence_length >= 1");
   }
 
+  /// The number of examples: (tokens - 1) / T.
   std::int64_t size() const { return (tokens_.numel() - 1) / sequence_length_; }
+  /// T.
   std::int64_t sequence_length() const { return sequence_length_; }
 
+  /// Inputs and next-token targets of B examples.
   struct Batch {
-    torch::Tensor inputs;   // [B, T] int64
-    torch::Tensor targets;  // [B, T] int64
+    torch::Tensor inputs;   ///< [B, T] int64
+    torch::Tensor targets;  ///< [B, T] int64
   };
 
   /// The examples at `indices` (any order, repeats allowed), stacked into one batch.
@@ -192,12 +201,14 @@ class TokenWindows {
 /// The training and held-out splits of one config: two disjoint stretches of one generated
 /// text (the validation text follows the training text), so validation sentences are unseen.
 struct CharCorpus {
-  std::string train_text;
-  std::string validation_text;
-  TokenWindows train;
-  TokenWindows validation;
+  std::string train_text;       ///< The training stretch of the text.
+  std::string validation_text;  ///< The held-out stretch that follows it.
+  TokenWindows train;           ///< train_text as examples.
+  TokenWindows validation;      ///< validation_text as examples.
 };
 
+/// The corpus of `data` (its sizes in characters and its seed) cut into windows of
+/// `sequence_length` tokens; the same on every rank.
 inline CharCorpus make_char_corpus(const DataConfig& data, std::int64_t sequence_length) {
   const std::string all =
       generate_corpus(data.train_characters + data.validation_characters, data.seed);

@@ -16,10 +16,11 @@
 
 namespace mpp::models {
 
+/// The course MLP's shape and initialisation (see the file comment).
 struct MlpConfig {
-  std::int64_t hidden = 128;
-  int layers = 16;
-  std::uint64_t seed = 42;
+  std::int64_t hidden = 128;  ///< Width of every layer (inputs and outputs).
+  int layers = 16;            ///< Linear layers.
+  std::uint64_t seed = 42;    ///< Seeds every layer's generator (with the layer index).
 };
 
 namespace detail {
@@ -65,14 +66,15 @@ inline torch::nn::Sequential make_full_mlp(const MlpConfig& cfg) {
   return make_mlp_layers(cfg, 0, cfg.layers);
 }
 
+/// One batch of the regression task.
+struct Batch {
+  torch::Tensor inputs;   ///< [batch, hidden]
+  torch::Tensor targets;  ///< [batch, hidden]
+};
+
 /// A deterministic regression batch for `step`: inputs x ~ N(0, 1) and targets from a fixed
 /// smooth teacher, so every rank that needs the batch (first stage: x, last stage: y) can make
 /// it locally and a tiny model can visibly learn it.
-struct Batch {
-  torch::Tensor inputs;
-  torch::Tensor targets;
-};
-
 inline Batch make_regression_batch(const MlpConfig& cfg, std::int64_t batch_size,
                                    std::int64_t step) {
   auto teacher_gen = at::make_generator<at::CPUGeneratorImpl>(detail::layer_seed(cfg.seed, -7));

@@ -61,6 +61,7 @@ inline void init_normal(torch::Tensor& w, double std, at::Generator& gen) {
 /// Part 0: token and position embeddings, summed, then dropout.
 class EmbeddingPartImpl : public torch::nn::Module {
  public:
+  /// Initialised from the generator of part 0.
   explicit EmbeddingPartImpl(const TransformerConfig& cfg)
       : token(register_module("token", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size))),
         position(register_module(
@@ -72,6 +73,8 @@ class EmbeddingPartImpl : public torch::nn::Module {
     detail::init_normal(position->weight, cfg.initializer_range, gen);
   }
 
+  /// Hidden states [B, T, H] of int64 `tokens` [B, T]; throws std::invalid_argument for another
+  /// dtype or shape, or T > max_position_embeddings.
   torch::Tensor forward(const torch::Tensor& tokens) {
     if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong)
       throw std::invalid_argument(
@@ -89,19 +92,22 @@ class EmbeddingPartImpl : public torch::nn::Module {
         x, torch::nn::functional::DropoutFuncOptions().p(dropout_).training(is_training()));
   }
 
-  torch::nn::Embedding token;
-  torch::nn::Embedding position;
+  torch::nn::Embedding token;     ///< Token embedding [vocab_size, H].
+  torch::nn::Embedding position;  ///< Position embedding [max_position_embeddings, H].
 
  private:
   double dropout_;
   std::int64_t max_positions_;
 };
+/// The module holder of EmbeddingPartImpl (a shared pointer to it, as torch::nn modules are used).
 TORCH_MODULE(EmbeddingPart);
 
 /// Causal multi-head self-attention: one fused q/k/v projection, scaled dot products with the
 /// future masked out, and an output projection.
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
+  /// Weights drawn from `gen` (the block's generator); the output projection with
+  /// `residual_std`.
   CausalSelfAttentionImpl(const TransformerConfig& cfg, at::Generator& gen, double residual_std)
       : qkv(register_module("qkv", torch::nn::Linear(cfg.hidden_size, 3 * cfg.hidden_size))),
         proj(register_module("proj", torch::nn::Linear(cfg.hidden_size, cfg.hidden_size))),
@@ -114,6 +120,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
     proj->bias.zero_();
   }
 
+  /// Attention output [B, T, H] of `x` [B, T, H]; position t sees positions <= t only.
   torch::Tensor forward(const torch::Tensor& x) {
     namespace F = torch::nn::functional;
     const auto batch = x.size(0), time = x.size(1), hidden = x.size(2);
@@ -131,18 +138,22 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
                       F::DropoutFuncOptions().p(dropout_).training(is_training()));
   }
 
-  torch::nn::Linear qkv;
-  torch::nn::Linear proj;
+  torch::nn::Linear qkv;   ///< Fused query, key and value projection, H -> 3H.
+  torch::nn::Linear proj;  ///< Output projection, H -> H.
 
  private:
   std::int64_t heads_;
   double dropout_;
 };
+/// The module holder of CausalSelfAttentionImpl (a shared pointer to it, as torch::nn modules are
+/// used).
 TORCH_MODULE(CausalSelfAttention);
 
 /// Parts 1..N: x + attn(ln1(x)), then x + mlp(ln2(x)) (pre-LayerNorm, as GPT-2).
 class TransformerBlockImpl : public torch::nn::Module {
  public:
+  /// Block `part` (1 .. N), initialised from that part's generator; throws std::out_of_range
+  /// outside.
   TransformerBlockImpl(const TransformerConfig& cfg, int part) : dropout_(cfg.dropout) {
     if (part < 1 || part > cfg.num_hidden_layers)
       throw std::out_of_range("mpp: transformer block part " + std::to_string(part) +
@@ -163,6 +174,7 @@ class TransformerBlockImpl : public torch::nn::Module {
     fc_out->bias.zero_();
   }
 
+  /// [B, T, H] -> [B, T, H].
   torch::Tensor forward(torch::Tensor x) {
     namespace F = torch::nn::functional;
     x = x + attn->forward(ln1->forward(x));
@@ -170,21 +182,24 @@ class TransformerBlockImpl : public torch::nn::Module {
     return x + F::dropout(h, F::DropoutFuncOptions().p(dropout_).training(is_training()));
   }
 
-  torch::nn::LayerNorm ln1{nullptr};
-  CausalSelfAttention attn{nullptr};
-  torch::nn::LayerNorm ln2{nullptr};
-  torch::nn::Linear fc{nullptr};
-  torch::nn::Linear fc_out{nullptr};
+  torch::nn::LayerNorm ln1{nullptr};  ///< Before attention.
+  CausalSelfAttention attn{nullptr};  ///< The attention.
+  torch::nn::LayerNorm ln2{nullptr};  ///< Before the MLP.
+  torch::nn::Linear fc{nullptr};      ///< MLP input, H -> intermediate_size (GELU after it).
+  torch::nn::Linear fc_out{nullptr};  ///< MLP output, intermediate_size -> H.
 
  private:
   double dropout_;
 };
+/// The module holder of TransformerBlockImpl (a shared pointer to it, as torch::nn modules are
+/// used).
 TORCH_MODULE(TransformerBlock);
 
 /// Part N + 1: final LayerNorm and the projection to vocabulary logits (untied from the token
 /// embedding so that the first and last pipeline stages share no parameter).
 class LmHeadImpl : public torch::nn::Module {
  public:
+  /// Initialised from the generator of the last part.
   explicit LmHeadImpl(const TransformerConfig& cfg)
       : ln(register_module(
             "ln", torch::nn::LayerNorm(
@@ -198,11 +213,13 @@ class LmHeadImpl : public torch::nn::Module {
     detail::init_normal(lm_head->weight, cfg.initializer_range, gen);
   }
 
+  /// Logits [B, T, V] of hidden states [B, T, H].
   torch::Tensor forward(const torch::Tensor& x) { return lm_head->forward(ln->forward(x)); }
 
-  torch::nn::LayerNorm ln;
-  torch::nn::Linear lm_head;
+  torch::nn::LayerNorm ln;    ///< The final LayerNorm.
+  torch::nn::Linear lm_head;  ///< H -> vocab_size, no bias.
 };
+/// The module holder of LmHeadImpl (a shared pointer to it, as torch::nn modules are used).
 TORCH_MODULE(LmHead);
 
 namespace detail {
@@ -216,6 +233,8 @@ TORCH_MODULE(BlockList);
 /// returns logits when it owns the head (else hidden states).
 class TinyTransformerImpl : public torch::nn::Module {
  public:
+  /// Parts [begin_part, end_part) of 0 .. num_parts(cfg); throws std::invalid_argument for an
+  /// empty or out-of-range range.
   TinyTransformerImpl(const TransformerConfig& cfg, int begin_part, int end_part)
       : cfg_(cfg), begin_(begin_part), end_(end_part) {
     if (begin_part < 0 || end_part > num_parts(cfg) || begin_part >= end_part)
@@ -237,18 +256,25 @@ class TinyTransformerImpl : public torch::nn::Module {
       }
     }
   }
+  /// The whole model.
   explicit TinyTransformerImpl(const TransformerConfig& cfg)
       : TinyTransformerImpl(cfg, 0, num_parts(cfg)) {}
 
+  /// Runs the owned parts in order (see the class comment for what goes in and out).
   torch::Tensor forward(torch::Tensor x) { return chain_->forward(x); }
 
   /// The owned parts in order, as one Sequential (shares the modules, not copies).
   torch::nn::Sequential as_sequential() const { return chain_; }
 
+  /// The architecture.
   const TransformerConfig& config() const { return cfg_; }
+  /// First owned part.
   int begin_part() const { return begin_; }
+  /// One past the last owned part.
   int end_part() const { return end_; }
+  /// Owns part 0: forward takes int64 tokens.
   bool has_embedding() const { return begin_ == 0; }
+  /// Owns the last part: forward returns logits.
   bool has_head() const { return end_ == num_parts(cfg_); }
 
  private:
@@ -258,6 +284,8 @@ class TinyTransformerImpl : public torch::nn::Module {
   detail::BlockList blocks_{nullptr};
   torch::nn::Sequential chain_;  // not registered: the parts are registered by name above
 };
+/// The module holder of TinyTransformerImpl (a shared pointer to it, as torch::nn modules are
+/// used).
 TORCH_MODULE(TinyTransformer);
 
 /// Parts [begin, end) as a Sequential, for code that drives stages as plain Sequentials.
@@ -278,6 +306,8 @@ inline std::int64_t part_parameters(const TransformerConfig& cfg, int part) {
 /// checks stage 0's input against it too, so there the ids travel as float (exact below 2^24).
 class TokenIdsImpl : public torch::nn::Module {
  public:
+  /// `x` as int64 ids; an integer tensor passes through. Throws std::invalid_argument for a
+  /// float that is not a whole number in [0, 2^24).
   torch::Tensor forward(const torch::Tensor& x) {
     if (!x.is_floating_point()) return x;
     auto ids = x.round();
@@ -289,6 +319,7 @@ class TokenIdsImpl : public torch::nn::Module {
     return ids.to(torch::kLong);
   }
 };
+/// The module holder of TokenIdsImpl (a shared pointer to it, as torch::nn modules are used).
 TORCH_MODULE(TokenIds);
 
 /// The model as a sequence of layers for the partition policies (mpp::layered_model): layer k is
@@ -296,16 +327,21 @@ TORCH_MODULE(TokenIds);
 /// stages travel hidden states [T, H] per sample in float; stage 0 reads token ids [T], as
 /// floats (a TokenIds module in front of the embedding turns them back into int64).
 struct TinyTransformerLayers {
-  TransformerConfig config;
-  std::int64_t sequence_length = 64;
+  TransformerConfig config;           ///< The architecture.
+  std::int64_t sequence_length = 64;  ///< T, tokens per example.
 
+  /// num_parts(config): embedding, blocks, head.
   int num_layers() const { return num_parts(config); }
+  /// part_parameters() of part `layer`.
   std::int64_t layer_parameters(int layer) const { return part_parameters(config, layer); }
+  /// Per sample: {T} (token ids) for layer 0, {T, H} for the others.
   std::vector<std::int64_t> input_shape(int layer) const {
     if (layer == 0) return {sequence_length};
     return {sequence_length, config.hidden_size};
   }
+  /// float32, also for stage 0's token ids (see TokenIds).
   c10::ScalarType dtype() const { return c10::kFloat; }
+  /// Parts [begin, end), with a TokenIds module in front when `begin` is 0.
   torch::nn::Sequential build(int begin, int end) const {
     auto parts = make_transformer_parts(config, begin, end);
     if (begin != 0) return parts;

@@ -30,47 +30,53 @@ struct ConfigError : std::runtime_error {
 
 /// The architecture: everything a checkpoint must agree with.
 struct TransformerConfig {
-  int num_hidden_layers = 2;
-  std::int64_t hidden_size = 64;
-  std::int64_t num_attention_heads = 4;
-  std::int64_t intermediate_size = 256;
-  std::int64_t vocab_size = 32;
-  std::int64_t max_position_embeddings = 64;
-  double dropout = 0.0;
-  double layer_norm_eps = 1e-5;
-  double initializer_range = 0.02;
-  std::uint64_t seed = 1234;  // weight init (per part, see tiny_transformer.hpp)
+  int num_hidden_layers = 2;                  ///< Transformer blocks.
+  std::int64_t hidden_size = 64;              ///< Model width; a multiple of num_attention_heads.
+  std::int64_t num_attention_heads = 4;       ///< Heads per block.
+  std::int64_t intermediate_size = 256;       ///< Width of each block's MLP.
+  std::int64_t vocab_size = 32;               ///< Token ids; at least corpus_alphabet_size.
+  std::int64_t max_position_embeddings = 64;  ///< Longest sequence the position table holds.
+  double dropout = 0.0;                       ///< Dropout probability, 0 .. 1.
+  double layer_norm_eps = 1e-5;               ///< LayerNorm's epsilon.
+  double initializer_range = 0.02;            ///< Standard deviation of the initial weights.
+  std::uint64_t seed = 1234;                  ///< weight init (per part, see tiny_transformer.hpp)
 
+  /// Width of one head: hidden_size / num_attention_heads.
   std::int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  /// Every field equal.
   bool operator==(const TransformerConfig&) const = default;
 };
 
 /// The hand-written loop's knobs.
 struct TrainingConfig {
-  double learning_rate = 3e-3;
-  double weight_decay = 0.01;
-  double grad_clip = 1.0;        // max global gradient norm, 0 turns clipping off
-  std::int64_t batch_size = 32;  // global batch: DDP splits it across ranks
-  std::int64_t sequence_length = 64;
-  int epochs = 2;
-  std::uint64_t seed = 1234;  // data order (sampler) and dropout
-  int eval_every = 25;        // steps between validation passes (and one at every epoch end)
-  int log_every = 5;          // steps between train.log lines
+  double learning_rate = 3e-3;        ///< AdamW's learning rate.
+  double weight_decay = 0.01;         ///< AdamW's decoupled weight decay.
+  double grad_clip = 1.0;             ///< max global gradient norm, 0 turns clipping off
+  std::int64_t batch_size = 32;       ///< global batch: DDP splits it across ranks
+  std::int64_t sequence_length = 64;  ///< Tokens per example; at most max_position_embeddings.
+  int epochs = 2;                     ///< Passes over the training text.
+  std::uint64_t seed = 1234;          ///< data order (sampler) and dropout
+  int eval_every = 25;  ///< steps between validation passes (and one at every epoch end)
+  int log_every = 5;    ///< steps between train.log lines
+  /// Every field equal.
   bool operator==(const TrainingConfig&) const = default;
 };
 
 /// The generated corpus (see char_corpus.hpp).
 struct DataConfig {
-  std::int64_t train_characters = 600000;
-  std::int64_t validation_characters = 12000;
-  std::uint64_t seed = 7;
+  std::int64_t train_characters = 600000;      ///< Length of the training text.
+  std::int64_t validation_characters = 12000;  ///< Length of the held-out text that follows it.
+  std::uint64_t seed = 7;                      ///< Seeds the corpus generator.
+  /// Every field equal.
   bool operator==(const DataConfig&) const = default;
 };
 
+/// A whole `config/config.json`: from parse_config(), parse_config_text() or load_config().
 struct TinyTransformerConfig {
-  TransformerConfig model;
-  TrainingConfig training;
-  DataConfig data;
+  TransformerConfig model;  ///< The "model" section.
+  TrainingConfig training;  ///< The "training" section.
+  DataConfig data;          ///< The "data" section.
+  /// Every section equal.
   bool operator==(const TinyTransformerConfig&) const = default;
 };
 
@@ -279,6 +285,8 @@ inline TinyTransformerConfig parse_config(const nlohmann::json& root,
   return cfg;
 }
 
+/// parse_config() of JSON text; throws ConfigError naming `origin` when the text is not JSON
+/// or the config is refused.
 inline TinyTransformerConfig parse_config_text(const std::string& text,
                                                const std::string& origin = "config.json") {
   nlohmann::json root;
@@ -291,6 +299,8 @@ inline TinyTransformerConfig parse_config_text(const std::string& text,
   return parse_config(root, origin);
 }
 
+/// parse_config() of the file at `path`; throws ConfigError when it cannot be opened, parsed
+/// or accepted.
 inline TinyTransformerConfig load_config(const std::string& path) {
   std::ifstream in(path);
   if (!in)
