@@ -379,7 +379,7 @@ inline void restore_training_state(const StateFile& file, torch::nn::Module& mod
 }
 
 /// The state file of a whole model (single process, or DDP rank 0). `rng_states` holds the
-/// generator state of every rank ("cpu" for rank 0, "cpu_rank_<r>" for the others); empty means
+/// generator state of every rank ("cpu" for rank 0, `"cpu_rank_<r>"` for the others); empty means
 /// this process's generator only.
 inline StateFile training_state_file(const NamedTensors& params, torch::optim::AdamW& optimizer,
                                      NamedTensors rng_states = {}, std::string name = "state.pt") {

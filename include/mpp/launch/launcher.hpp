@@ -405,7 +405,7 @@ inline LaunchResult launch(const LaunchOptions& options) {
 }
 
 /// An `on_line` callback that echoes each line to this process's stdout or stderr with a
-/// "[rank<r>]: " prefix, one write per line so that concurrent writers do not interleave.
+/// `"[rank<r>]: "` prefix, one write per line so that concurrent writers do not interleave.
 inline std::function<void(int, Stream, std::string_view)> prefixed_console() {
   return [](int rank, Stream stream, std::string_view line) {
     std::string text = "[rank" + std::to_string(rank) + "]: ";

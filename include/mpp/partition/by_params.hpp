@@ -61,10 +61,10 @@ inline std::vector<LayerRange> balanced_split(std::span<const std::int64_t> cost
 
 }  // namespace detail
 
-/// ByParams<P>: contiguous pieces whose parameter counts are as balanced as possible — the largest
-/// piece is as small as it can be, and among those cuts the one with the most even pieces wins
-/// (ties go to larger pieces first, as in Uniform). Exact dynamic programme: O(pieces · layers²),
-/// a few microseconds for the models a pipeline runs.
+/// `ByParams<P>`: contiguous pieces whose parameter counts are as balanced as possible — the
+/// largest piece is as small as it can be, and among those cuts the one with the most even pieces
+/// wins (ties go to larger pieces first, as in Uniform). Exact dynamic programme: O(pieces ·
+/// layers²), a few microseconds for the models a pipeline runs.
 template <int P>
 struct ByParams {
   static_assert(P >= 1, "mpp: ByParams<P> needs P >= 1 stages");
@@ -72,7 +72,7 @@ struct ByParams {
 
   /// P, whatever the chunks per rank.
   static constexpr int stages_for(int /*chunks_per_rank*/) { return P; }
-  /// "ByParams<P>".
+  /// `"ByParams<P>"`.
   static std::string name() { return "ByParams<" + std::to_string(P) + ">"; }
 
   /// The balanced layer range of each of the P * `chunks_per_rank` pieces, in model order;

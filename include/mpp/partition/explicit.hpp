@@ -9,7 +9,7 @@
 
 namespace mpp {
 
-/// Explicit<n0, n1, ...>: the user says how many layers each model piece gets, in model order.
+/// `Explicit<n0, n1, ...>`: the user says how many layers each model piece gets, in model order.
 /// With an interleaved schedule of V chunks per rank the list has stages × V entries (piece c·P + r
 /// is chunk c of rank r), so Explicit<...> with N sizes runs on N / V ranks.
 template <int... Sizes>
@@ -30,7 +30,7 @@ struct Explicit {
     return chunks_per_rank > 0 ? pieces / chunks_per_rank : 0;
   }
 
-  /// "Explicit<n0,n1,...>".
+  /// `"Explicit<n0,n1,...>"`.
   static std::string name() {
     std::string s = "Explicit<";
     bool first = true;

@@ -5,7 +5,7 @@
 
 namespace mpp {
 
-/// Recompute<Partition>: a stage policy layered on a partition (gradient checkpointing). Each
+/// `Recompute<Partition>`: a stage policy layered on a partition (gradient checkpointing). Each
 /// stage runs its forward without keeping the autograd graph, holds only the stage input per
 /// in-flight micro-batch, and re-runs the forward with the graph just before its backward. It
 /// refines its base tag, so it is a partition wherever the base is one.
@@ -14,7 +14,7 @@ struct Recompute : Base {
   /// The partition it refines.
   using base_partition = Base;
   static constexpr bool recompute = true;  ///< Read by recomputes_v.
-  /// "Recompute<" + the base's name + ">".
+  /// `"Recompute<" + Base::name() + ">"`.
   static std::string name() { return "Recompute<" + Base::name() + ">"; }
 };
 

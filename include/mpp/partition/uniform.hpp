@@ -27,7 +27,7 @@ inline void check_enough_layers(const std::string& policy, int pieces, int chunk
 }
 }  // namespace detail
 
-/// Uniform<P>: layers spread evenly over P stages; when they do not divide, the first pieces get
+/// `Uniform<P>`: layers spread evenly over P stages; when they do not divide, the first pieces get
 /// one layer more (so sizes differ by at most one, and the earlier stages — which also hold the
 /// most in-flight activations under 1F1B — are never the smaller ones by more than one layer).
 template <int P>
@@ -37,7 +37,7 @@ struct Uniform {
 
   /// P, whatever the chunks per rank.
   static constexpr int stages_for(int /*chunks_per_rank*/) { return P; }
-  /// "Uniform<P>".
+  /// `"Uniform<P>"`.
   static std::string name() { return "Uniform<" + std::to_string(P) + ">"; }
 
   /// The layer range of each of the P * `chunks_per_rank` pieces, in model order, for one cost
