@@ -1,7 +1,7 @@
 #pragma once
-// What the pipeline labs 04-09 share: their options, training the course MLP through a pipeline
+// What the pipeline labs 06-10 share: their options, training the course MLP through a pipeline
 // with measurement, the measured timeline as SVG, and the start-up on 2 or 4 ranks over the
-// transport --transport names (shared memory by default, Gloo's TCP on request). Labs 07-09 also
+// transport --transport names (shared memory by default, Gloo's TCP on request). Labs 09-10 also
 // share `compare`: train two pipelines and print them side by side (bubble measured vs predicted,
 // samples/s, rank 0's peak activations), with the second's last-step timeline, Chrome trace and SVG
 // picture on request.

@@ -1,7 +1,7 @@
 # Shared by the multi-node tests (sourced). Each test is a bash script run by CTest with:
 #   MPP_SOURCE_DIR  the source tree (scripts/, config/)
 #   MPPRUN          the mpprun binary
-#   MPP_JOB         the training job (examples/15_multinode), the same binary for every launcher
+#   MPP_JOB         the training job (examples/17_multinode), the same binary for every launcher
 # A test exits 0 when its claim holds, 1 when it does not, and 77 (CTest SKIP_RETURN_CODE) with a
 # "SKIP: <reason>" line when this machine cannot run it. Every step is bounded in time.
 set -euo pipefail

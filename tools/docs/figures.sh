@@ -22,7 +22,7 @@ while (($#)); do
     --list)
       echo "targets: mpprun mpp-schedule monolith pingpong memory_wall naive_pipeline gpipe one_f_one_b"
       echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer mpp-plot"
-      echo "         lab15_multinode"
+      echo "         lab17_multinode"
       echo "figures: schedules pipeline monolith pingpong memory_wall data_parallel transformer multinode"
       exit 0 ;;
     -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -72,13 +72,13 @@ if wanted pipeline; then
   # against M.
   mkdir -p "$out/pipeline"
   args=(--hidden 512 --batch 64 --steps 10)
-  log_name=pipeline_measured_naive_p2 ranks 2 "$(binary examples/04_naive_pipeline/naive_pipeline)" "${args[@]}" --svg "$out/pipeline/measured_naive_p2.svg"
-  log_name=pipeline_measured_gpipe_p2 ranks 2 "$(binary examples/05_gpipe/gpipe)" "${args[@]}" --svg "$out/pipeline/measured_gpipe_p2.svg" \
+  log_name=pipeline_measured_naive_p2 ranks 2 "$(binary examples/06_naive_pipeline/naive_pipeline)" "${args[@]}" --svg "$out/pipeline/measured_naive_p2.svg"
+  log_name=pipeline_measured_gpipe_p2 ranks 2 "$(binary examples/07_gpipe/gpipe)" "${args[@]}" --svg "$out/pipeline/measured_gpipe_p2.svg" \
     --plot "$out/pipeline/gpipe_bubble_against_m_p2.svg"
-  log_name=pipeline_measured_1f1b_p2 ranks 2 "$(binary examples/06_one_f_one_b/one_f_one_b)" "${args[@]}" --svg "$out/pipeline/measured_1f1b_p2.svg"
-  log_name=pipeline_measured_interleaved_p2 ranks 2 "$(binary examples/07_interleaved/interleaved)" "${args[@]}" --svg "$out/pipeline/measured_interleaved_p2.svg"
-  log_name=pipeline_measured_zb-h1_p2 ranks 2 "$(binary examples/08_zero_bubble/zero_bubble)" "${args[@]}" --svg "$out/pipeline/measured_zb-h1_p2.svg"
-  log_name=pipeline_measured_recompute_p2 ranks 2 "$(binary examples/09_recompute/recompute)" "${args[@]}" --svg "$out/pipeline/measured_recompute_p2.svg"
+  log_name=pipeline_measured_1f1b_p2 ranks 2 "$(binary examples/08_one_f_one_b/one_f_one_b)" "${args[@]}" --svg "$out/pipeline/measured_1f1b_p2.svg"
+  log_name=pipeline_measured_interleaved_p2 ranks 2 "$(binary examples/09_interleaved_zero_bubble/interleaved)" "${args[@]}" --svg "$out/pipeline/measured_interleaved_p2.svg"
+  log_name=pipeline_measured_zb-h1_p2 ranks 2 "$(binary examples/09_interleaved_zero_bubble/zero_bubble)" "${args[@]}" --svg "$out/pipeline/measured_zb-h1_p2.svg"
+  log_name=pipeline_measured_recompute_p2 ranks 2 "$(binary examples/10_recompute/recompute)" "${args[@]}" --svg "$out/pipeline/measured_recompute_p2.svg"
 fi
 
 if wanted monolith; then
@@ -98,9 +98,9 @@ fi
 
 if wanted data_parallel; then
   mkdir -p "$out/data_parallel"
-  log_name=data_parallel_manual_dp run "$(binary examples/10_manual_dp/manual_dp)" 30 --svg "$out/data_parallel/manual_dp_losses.svg"
-  log_name=data_parallel_ddp_overlap ranks 2 "$(binary examples/12_ddp/ddp)" --steps 8 --svg "$out/data_parallel/ddp_overlap.svg"
-  log_name=data_parallel_hybrid ranks 4 "$(binary examples/13_hybrid/hybrid)" 30 64 --svg "$out/data_parallel/hybrid_step.svg"
+  log_name=data_parallel_manual_dp run "$(binary examples/11_manual_dp/manual_dp)" 30 --svg "$out/data_parallel/manual_dp_losses.svg"
+  log_name=data_parallel_ddp_overlap ranks 2 "$(binary examples/13_ddp/ddp)" --steps 8 --svg "$out/data_parallel/ddp_overlap.svg"
+  log_name=data_parallel_hybrid ranks 4 "$(binary examples/14_hybrid/hybrid)" 30 64 --svg "$out/data_parallel/hybrid_step.svg"
   log_name=data_parallel_predicted_1f1b_m4 run "$(binary tools/mpp-schedule/mpp-schedule)" 1f1b -p 2 -m 4 -q \
     --svg "$out/data_parallel/predicted_1f1b_m4_p2.svg"
 fi
@@ -110,7 +110,7 @@ if wanted transformer; then
   mkdir -p "$out/transformer"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  lab=$(binary examples/14_tiny_transformer/train_tiny_transformer)
+  lab=$(binary examples/15_tiny_transformer/train_tiny_transformer)
   log_name=transformer_2_blocks run "$lab" --epochs 2 --out-dir "$tmp/l2"
   cp "$tmp/l2/loss_curve.svg" "$out/transformer/loss_curve_2_blocks.svg"
   sed 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 4/' config/config.json >"$tmp/config4.json"
@@ -119,7 +119,7 @@ if wanted transformer; then
   # Chapter 16: the same program on 2 ranks with DDP; each rank's train.log, drawn by mpp-plot.
   log_name=transformer_ddp2 ranks 2 "$lab" --ddp --epochs 2 --out-dir "$tmp/ddp2"
   log_name=transformer_ddp2_plot run "$(binary tools/docs/mpp-plot)" --x 1 --y 2 \
-    --title "Lab 14 with --ddp on 2 ranks: each rank's loss on its own half of each batch" \
+    --title "Lab 15 with --ddp on 2 ranks: each rank's loss on its own half of each batch" \
     --subtitle "logs/rank_<r>/train.log, every 5 steps; the same model on both ranks, different data" \
     --x-label "optimizer step" --y-label "cross-entropy (nats per character)" \
     "$tmp/ddp2/logs/rank_0/train.log=rank 0" "$tmp/ddp2/logs/rank_1/train.log=rank 1" \
@@ -127,7 +127,7 @@ if wanted transformer; then
 fi
 
 if wanted multinode; then
-  # Chapter 17: lab 15's 4-rank job across two network namespaces joined by a veth pair
+  # Chapter 17: lab 17's 4-rank job across two network namespaces joined by a veth pair
   # (scripts/netns, needs root), 2 ranks in each, next to the same job on one host over loopback:
   # the loss per step of both, for DDP and for the pipeline (the chapter's model: 4 x Linear(64),
   # batch 32), and one pipeline step as the ranks measured it, with hidden 512 and batch 64 as in
@@ -142,7 +142,7 @@ if wanted multinode; then
     trap 'rm -rf "$mn" ${tmp:+"$tmp"}; "$root/scripts/netns" down "$prefix" >/dev/null 2>&1 || true' EXIT
     "$root/scripts/netns" up "$prefix" >/dev/null
     master=$("$root/scripts/netns" addr "$prefix" 0)
-    lab=$(binary examples/15_multinode/lab15_multinode)
+    lab=$(binary examples/17_multinode/lab17_multinode)
     mpprun=$(binary tools/mpprun/mpprun)
     plot=$(binary tools/docs/mpp-plot)
     port() {  # a TCP port nobody on this host listens on now
@@ -194,7 +194,7 @@ if wanted multinode; then
         tee -a "$logs/multinode_${mode}.node0.log" >&2
       name=$([[ $mode == ddp ]] && echo "DDP" || echo "pipeline, 1F1B")
       log_name=multinode_${mode}_plot run "$plot" --x 1 --y 2 \
-        --title "Lab 15 ($name), 4 ranks: two namespaces against one host" \
+        --title "Lab 17 ($name), 4 ranks: two namespaces against one host" \
         --subtitle "$same; veth: $((sent / 1024)) KiB out of node0, $((received / 1024)) KiB in; 2 shared cores" \
         --x-label "optimizer step" --y-label "MSE loss (rank 0)" \
         "$mn/one_host.txt=one host, loopback" "$mn/two_nodes.txt=two namespaces over the veth" \
