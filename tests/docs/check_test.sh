@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests tools/docs/mpp-docs on a made-up repository in a temporary directory: a sound one passes;
-# each kind of breakage fails naming the chapter and the missing thing; `update` refreshes quotes.
+# each kind of breakage fails naming the chapter and the missing thing; `update` refreshes quotes;
+# `commands` refuses a command naming a program or input that does not exist.
 #   tests/docs/check_test.sh path/to/mpp-docs
 set -uo pipefail
 tool=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -168,6 +169,64 @@ sed -i 's|`examples/01_lab` |`examples/02_other` |' "$work/repo/docs/README.md"
 printf '\n```\n<!-- quote examples/02_other/x.cpp -->\n```\n' >>"$work/repo/docs/01-lab.md"
 expect_fail "lab not quoted" \
   "docs/01-lab.md: the chapter quotes no file of its lab (examples/02_other)"
+
+# 13. `commands`: the programs and inputs the docs' commands name exist, build outputs in the build
+#     tree; outputs (option values, redirections) are not checked; a missing program or input is
+#     refused with file:line, and so is a bare name the repository builds, until PATH is set.
+commands_repo() {
+  make_repo
+  rm -rf "$work/build"
+  mkdir -p "$work/build/examples/01_lab" "$work/repo/scripts" "$work/repo/config"
+  printf '#!/bin/sh\n' >"$work/build/examples/01_lab/lab"
+  printf '#!/bin/sh\n' >"$work/repo/scripts/run"
+  chmod +x "$work/build/examples/01_lab/lab" "$work/repo/scripts/run"
+  cat >>"$work/repo/docs/01-lab.md" <<'EOF'
+
+```sh
+scripts/run --build build/release && OMP_NUM_THREADS=1 build/release/examples/01_lab/lab \
+  --svg docs/figures/new.svg --log-dir build/release/logs examples/01_lab/lab.cpp > docs/out.txt
+```
+
+```
+$ build/release/examples/01_lab/lab --out=runs/x | grep step   # prints three lines
+step
+```
+EOF
+  printf '#!/bin/bash\n# sbatch config/job.sh\nset -- build/release/examples/01_lab/lab --steps 2\n' \
+    >"$work/repo/config/job.sh"
+}
+expect_commands() {
+  local want=$1 name=$2; shift 2
+  local out status=0
+  out=$("$tool" commands --root "$work/repo" --build "$work/build" 2>&1) || status=$?
+  if [[ $want == pass ]]; then
+    ((status == 0)) || { fail "$name: commands failed on a sound tree:"; echo "$out" >&2; }
+    return
+  fi
+  ((status != 0)) || { fail "$name: commands passed on a broken tree"; echo "$out" >&2; return; }
+  for pattern in "$@"; do
+    grep -qF -- "$pattern" <<<"$out" || { fail "$name: no '$pattern' in the output:"; echo "$out" >&2; }
+  done
+}
+commands_repo
+expect_commands pass "sound commands"
+sed -i 's|=1 build/release/examples/01_lab/lab|=1 build/release/examples/02_gone/lab|' \
+  "$work/repo/docs/01-lab.md"
+sed -i 's|^\$ build/release/examples/01_lab/lab|$ scripts/gone|; s|examples/01_lab/lab.cpp >|examples/01_lab/old.cpp >|' \
+  "$work/repo/docs/01-lab.md"
+sed -i 's|01_lab/lab --steps|01_lab/lab2 --steps|' "$work/repo/config/job.sh"
+expect_commands fail "missing program and inputs" \
+  "docs/01-lab.md:28: program build/release/examples/02_gone/lab does not exist in the build tree" \
+  "docs/01-lab.md:28: input examples/01_lab/old.cpp does not exist" \
+  "docs/01-lab.md:33: program scripts/gone does not exist" \
+  "config/job.sh:3: input build/release/examples/01_lab/lab2 does not exist in the build tree"
+commands_repo
+printf '\n```sh\nlab --steps 2\n```\n' >>"$work/repo/docs/01-lab.md"
+expect_commands fail "bare program" "docs/01-lab.md:38: lab is not on PATH"
+commands_repo
+printf '\n```sh\nexport PATH="$PWD/build/release/examples/01_lab:$PATH"\nlab --steps 2\n```\n' \
+  >>"$work/repo/docs/01-lab.md"
+expect_commands pass "bare program after PATH"
 
 if ((failures)); then
   echo "check_test: $failures failure(s)" >&2
