@@ -291,3 +291,22 @@ TEST_CASE("timelines: ASCII, SVG and Chrome trace from the same events") {
   std::vector<TimedEvent> measured = {{0, 0.0, 1.5, Op::F, 0, 0, 0}, {1, 1.6, 3.1, Op::F, 0, 0, 1}};
   CHECK(render_ascii(measured, {20}).find("rank 1") != std::string::npos);
 }
+
+TEST_CASE("the ASCII timeline never drops an action, even when several start within one cell") {
+  // Ten time units in ten cells: F0 and F1 both start in cell 0, B1 and B0 both in cell 6.
+  const std::vector<TimedEvent> events = {{0, 0.0, 0.4, Op::F, 0, 0, 0},
+                                          {0, 0.5, 0.9, Op::F, 1, 0, 0},
+                                          {0, 6.1, 6.5, Op::B, 1, 0, 0},
+                                          {0, 6.6, 9.5, Op::B, 0, 0, 0},
+                                          {1, 2.0, 10.0, Op::F, 0, 0, 1}};
+  const std::string ascii = render_ascii(events, {10});
+  INFO(ascii);
+  CHECK(ascii.find("rank 0  F0 F1 .. .. .. .. B1 B0 -  -  \n") != std::string::npos);
+  CHECK(ascii.find("rank 1  .. .. F0 -  -  -  -  -  -  -  \n") != std::string::npos);
+  // Crowded at the end of the row: the labels run past the axis rather than vanish.
+  const std::vector<TimedEvent> crowded = {
+      {0, 9.1, 9.2, Op::F, 0, 0, 0}, {0, 9.3, 9.4, Op::F, 1, 0, 0}, {0, 9.5, 10.0, Op::F, 2, 0, 0}};
+  const std::string end = render_ascii(crowded, {10});
+  INFO(end);
+  CHECK(end.find(" F0 F1 F2 ") != std::string::npos);
+}

@@ -108,7 +108,10 @@ struct AsciiOptions {
 };
 
 /// Rank rows by time cells: each action shows its label ("F3", "B0", "I2", "W1"; chunk letter
-/// a, b, ... with several chunks per rank) at its first cell; '.' is idle.
+/// a, b, ... with several chunks per rank) at its first cell, '-' in the cells it goes on
+/// over, '.' where the rank is idle. No action is ever left out: when several start within one
+/// cell (short measured actions), each label takes the next free cell, so a crowded stretch
+/// reads slightly later than it ran and a row may run past the axis.
 inline std::string render_ascii(std::span<const TimedEvent> events,
                                 const AsciiOptions& options = {}) {
   const int ranks = detail::rank_count(events);
@@ -136,23 +139,42 @@ inline std::string render_ascii(std::span<const TimedEvent> events,
   axis.resize(static_cast<std::size_t>(columns) * cell + 8);
   out += axis + '\n';
   for (int r = 0; r < ranks; ++r) {
+    std::vector<const TimedEvent*> mine;
+    for (const TimedEvent& e : events)
+      if (e.rank == r && e.end > e.start) mine.push_back(&e);
+    std::stable_sort(mine.begin(), mine.end(),
+                     [](const TimedEvent* a, const TimedEvent* b) { return a->start < b->start; });
+    std::vector<char> labelled(static_cast<std::size_t>(columns), 0);
     std::string row(static_cast<std::size_t>(columns) * cell, '.');
     for (std::size_t i = cell - 1; i < row.size(); i += cell) row[i] = ' ';
-    for (const TimedEvent& e : events) {
-      if (e.rank != r || e.end <= e.start) continue;
-      const int first =
-          std::clamp(static_cast<int>(std::floor(e.start / cell_time + 1e-9)), 0, columns - 1);
-      const int last =
-          std::clamp(static_cast<int>(std::ceil(e.end / cell_time - 1e-9)) - 1, first, columns - 1);
-      const std::string label = detail::event_label(e, chunks);
-      for (int c = first; c <= last; ++c) {
-        const std::size_t at = static_cast<std::size_t>(c) * cell;
-        for (std::size_t i = 0; i < width; ++i)
-          row[at + i] = c == first && i < label.size() ? label[i] : ' ';
-        row[at + width] = ' ';
+    auto blank = [&](int c) {
+      if (static_cast<std::size_t>(c) >= labelled.size()) {  // past the axis: grow the row
+        labelled.resize(static_cast<std::size_t>(c) + 1, 0);
+        row.resize(labelled.size() * cell, ' ');
       }
-      // Continuation cells of a long action: '-' so that it reads as one block.
-      for (int c = first + 1; c <= last; ++c) row[static_cast<std::size_t>(c) * cell] = '-';
+      row.replace(static_cast<std::size_t>(c) * cell, width, width, ' ');
+    };
+    // Blocks first ('-' after the first cell), then the labels, each at its first free cell.
+    for (const TimedEvent* e : mine) {
+      const int first =
+          std::clamp(static_cast<int>(std::floor(e->start / cell_time + 1e-9)), 0, columns - 1);
+      const int last = std::clamp(static_cast<int>(std::ceil(e->end / cell_time - 1e-9)) - 1, first,
+                                  columns - 1);
+      for (int c = first; c <= last; ++c) {
+        if (labelled[static_cast<std::size_t>(c)]) continue;
+        blank(c);
+        if (c > first) row[static_cast<std::size_t>(c) * cell] = '-';
+      }
+    }
+    int next_free = 0;
+    for (const TimedEvent* e : mine) {
+      int c = std::clamp(static_cast<int>(std::floor(e->start / cell_time + 1e-9)), 0, columns - 1);
+      c = std::max(c, next_free);
+      blank(c);
+      const std::string label = detail::event_label(*e, chunks);
+      row.replace(static_cast<std::size_t>(c) * cell, label.size(), label);
+      labelled[static_cast<std::size_t>(c)] = 1;
+      next_free = c + 1;
     }
     char head[24];
     std::snprintf(head, sizeof head, "rank %-2d ", r);
