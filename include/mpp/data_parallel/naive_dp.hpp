@@ -62,6 +62,7 @@ class NaiveDP {
   /// The same over any list of parameters, e.g. those of a pipeline stage (DP x PP).
   NaiveDP(std::vector<NamedTensor> params, ProcessGroup group, bool broadcast = true)
       : group_(std::move(group)), params_(std::move(params)) {
+    require_backend<Comm>(group_, "NaiveDP<" + comm_display_name<Comm>() + ">");
     if (params_.empty())
       throw std::invalid_argument(
           "mpp: NaiveDP needs a module with at least one trainable parameter");

@@ -32,6 +32,7 @@
 #include "mpp/partition/model.hpp"
 #include "mpp/pipeline/layer_call.hpp"
 #include "mpp/pipeline/micro_batch.hpp"
+#include "mpp/pipeline/rng_state.hpp"
 #include "mpp/pipeline/shape_header.hpp"
 #include "mpp/schedule/action.hpp"
 #include "mpp/trace/recorder.hpp"
@@ -157,6 +158,7 @@ class Executor {
 
   struct Slot {
     at::Tensor input;        // stage input (leaf that requires grad, except on stage 0)
+    at::Tensor rng_state;    // under Recompute: the generator's state the forward started from
     at::Tensor output;       // graph root of a middle stage; under Recompute only kept until sent
     at::Tensor loss;         // weighted loss (last stage)
     at::Tensor input_grad;   // what SEND_B sends
@@ -389,6 +391,7 @@ class Executor {
     if (config_.recompute) {
       c10::NoGradGuard no_grad;
       s.input = x;
+      s.rng_state = capture_rng_state();  // the recompute draws the same dropout masks
       out = run_piece(a.chunk, x, false, s);
       if (last)
         step_->loss_sum += weighted_loss(loss_fn, out, a.micro_batch).template item<double>();
@@ -439,7 +442,12 @@ class Executor {
     at::Tensor x = s.input.detach();
     if (!is_first_stage(a.chunk)) x.requires_grad_(true);
     s.input = x;
-    at::Tensor out = run_piece(a.chunk, x, split, s);
+    at::Tensor out;
+    {
+      RngReplay same_draws(s.rng_state);
+      out = run_piece(a.chunk, x, split, s);
+    }
+    s.rng_state = at::Tensor();
     const bool last = is_last_stage(a.chunk);
     if (last)
       s.loss = weighted_loss(loss_fn, out, a.micro_batch);

@@ -33,7 +33,9 @@ struct MicroBatchPlan {
   /// Number of micro-batches (M).
   int count() const { return static_cast<int>(sizes.size()); }
   /// Whether every micro-batch has the same size (M divides B).
-  bool even() const { return batch % static_cast<std::int64_t>(sizes.size()) == 0; }
+  bool even() const {
+    return sizes.empty() || batch % static_cast<std::int64_t>(sizes.size()) == 0;
+  }
   /// The factor a chunk's mean loss is multiplied by: its share of the batch.
   double weight(int micro_batch) const {
     return static_cast<double>(sizes[static_cast<std::size_t>(micro_batch)]) /
