@@ -20,6 +20,7 @@
 #include "mpp/comm.hpp"
 #include "mpp/pipeline.hpp"
 #include "mpp/pipeline/measure.hpp"
+#include "mpp/pipeline/with_stages.hpp"
 #include "mpp/util/blas.hpp"
 
 namespace lab {
@@ -114,7 +115,8 @@ void compare(const mpp::ProcessGroup& world, const Options& o, const Comparison&
 }
 
 /// Parses the common options, starts the process group over the chosen transport and calls
-/// run(world, options, std::integral_constant<int, P>, Transport<Backend>) for P = 2 or 4 ranks.
+/// run(world, options, std::integral_constant<int, P>, Transport<Backend>) for P = 2 or 4 ranks
+/// (mpp::with_stages); on any other world size it prints the supported sizes and returns 2.
 /// `batching` says how the lab cuts the batch, for the header line (default: "in 8 micro-batches").
 /// `add_options`, when given, adds the lab's own options.
 template <class Run>
@@ -154,18 +156,15 @@ int main(int argc, char** argv, const char* lab, const char* description, Run ru
     else
       run(world, o, ranks, Transport<mpp::Shm>{});
   };
-  switch (world.size()) {
-    case 2:
-      over(std::integral_constant<int, 2>{});
-      return 0;
-    case 4:
-      over(std::integral_constant<int, 4>{});
-      return 0;
-    default:
-      if (world.rank() == 0)
-        std::fprintf(stderr, "%s runs on 2 or 4 ranks: mpprun --nproc-per-node 2 ...\n", lab);
-      return 2;
+  // One binary for 2 and 4 ranks: each size's pipelines are compiled (and proven) separately,
+  // and the world's size picks one; any other size is refused with the list.
+  try {
+    mpp::with_stages<2, 4>(world.size(), over);
+  } catch (const mpp::WorldSizeError& error) {
+    if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", lab, error.what());
+    return 2;
   }
+  return 0;
 }
 
 }  // namespace lab
