@@ -28,6 +28,8 @@
 #include "mpp/trace/plot.hpp"
 #include "mpp/util/blas.hpp"
 
+#include "../common/lab_main.hpp"
+
 namespace {
 
 struct Args {
@@ -63,7 +65,9 @@ std::string human_bytes(std::int64_t bytes) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   const Args args = parse(argc, argv);
   at::set_num_threads(1);
 
@@ -170,4 +174,10 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   world.barrier();
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return lab::guarded_main("pingpong", [&] { return run(argc, argv); });
 }

@@ -21,6 +21,8 @@
 #include "mpp/models/mlp.hpp"
 #include "mpp/util/blas.hpp"
 
+#include "../common/lab_main.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -84,7 +86,9 @@ int train(const mpp::ProcessGroup& world, const mpp::models::MlpConfig& cfg,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"Lab 12: naive data parallelism (all-reduce after backward)"};
   bool coalesced = false;
   mpp::models::MlpConfig cfg;
@@ -117,4 +121,10 @@ int main(int argc, char** argv) {
                          world, cfg, dataset_size, global_batch, epochs)
                    : train<mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor>>(
                          world, cfg, dataset_size, global_batch, epochs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return lab::guarded_main("naive_dp", [&] { return run(argc, argv); });
 }

@@ -35,6 +35,8 @@
 #include "mpp/trace/plot.hpp"
 #include "mpp/util/blas.hpp"
 
+#include "../common/lab_main.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -125,7 +127,9 @@ void draw_overlap(const std::string& path, const StepTimes& naive, const StepTim
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"Lab 13: DDP, gradient buckets all-reduced during backward"};
   Setup s;
   s.cfg.hidden = 1024;
@@ -376,4 +380,10 @@ int main(int argc, char** argv) {
     }
   }
   return report ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return lab::guarded_main("ddp", [&] { return run(argc, argv); });
 }

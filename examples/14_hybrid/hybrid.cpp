@@ -12,6 +12,8 @@
 //             data {0, 2}  data {1, 3}   (gradient all-reduce per stage)
 //
 //   mpprun --nproc-per-node 4 ./hybrid [steps=30] [global_batch=64] [--svg step.svg]
+//
+// On a world size that is not a multiple of 2 every rank prints why and exits with code 1.
 #include <torch/nn/modules/loss.h>
 #include <torch/optim/adam.h>
 
@@ -31,11 +33,15 @@
 #include "mpp/pipeline/report.hpp"
 #include "mpp/util/blas.hpp"
 
+#include "../common/lab_main.hpp"
+
 // [quote:pipe]
 using Pipe = mpp::Pipeline<mpp::Uniform<2>, mpp::OneFOneB<4>, mpp::Async<mpp::Gloo>>;
 // [/quote:pipe]
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   std::vector<std::string> positional;
   std::string svg;  // rank 0 draws its pipeline's last step here, if given
   for (int i = 1; i < argc; ++i) {
@@ -124,4 +130,10 @@ int main(int argc, char** argv) {
       world.rank(), static_cast<double>(steps * global_batch) / seconds,
       1e3 * hybrid.grad_sync_seconds() / steps, identical ? "yes" : "NO");
   return identical ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return lab::guarded_main("hybrid", [&] { return run(argc, argv); });
 }

@@ -23,6 +23,8 @@
 #include "mpp/pipeline/with_stages.hpp"
 #include "mpp/util/blas.hpp"
 
+#include "lab_main.hpp"
+
 namespace lab {
 
 inline constexpr int micro_batches = 8;
@@ -120,9 +122,8 @@ void compare(const mpp::ProcessGroup& world, const Options& o, const Comparison&
 /// `batching` says how the lab cuts the batch, for the header line (default: "in 8 micro-batches").
 /// `add_options`, when given, adds the lab's own options.
 template <class Run>
-int main(int argc, char** argv, const char* lab, const char* description, Run run,
-         const char* batching = nullptr,
-         const std::function<void(CLI::App&)>& add_options = nullptr) {
+int run_lab(int argc, char** argv, const char* lab, const char* description, Run run,
+            const char* batching, const std::function<void(CLI::App&)>& add_options) {
   CLI::App app{description};
   Options o;
   app.add_option("--transport", o.transport,
@@ -165,6 +166,16 @@ int main(int argc, char** argv, const char* lab, const char* description, Run ru
     return 2;
   }
   return 0;
+}
+
+/// run_lab under lab::guarded_main: any other error the library throws (a time-out, a peer that
+/// died) ends the rank with its message and exit code 1, not an abort.
+template <class Run>
+int main(int argc, char** argv, const char* lab, const char* description, Run run,
+         const char* batching = nullptr,
+         const std::function<void(CLI::App&)>& add_options = nullptr) {
+  return guarded_main(
+      lab, [&] { return run_lab(argc, argv, lab, description, run, batching, add_options); });
 }
 
 }  // namespace lab
