@@ -1,7 +1,7 @@
 #pragma once
-// The lab's outputs besides the model: metrics.csv, the per-rank train.log and the loss curve
-// (train loss per step, validation loss at each evaluation, uniform baseline) as SVG, drawn by
-// the library's mpp::trace::render_line_plot.
+// The lab's outputs besides the model: metrics.csv (written step by step), the per-rank train.log
+// and the loss curve (train loss per step, validation loss at each evaluation, uniform baseline) as
+// SVG, drawn by the library's mpp::trace::render_line_plot.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -67,11 +67,22 @@ inline std::vector<MetricsRow> read_metrics(const std::filesystem::path& path,
   return rows;
 }
 
-inline void write_metrics(const std::filesystem::path& path, const std::vector<MetricsRow>& rows) {
-  std::ofstream out(path, std::ios::trunc);
-  out << metrics_header() << '\n';
-  for (const auto& r : rows) out << to_csv(r) << '\n';
-}
+/// metrics.csv written as the run goes: the header and the rows kept from an earlier run at once,
+/// then one row per step, flushed, so that a run stopped at any moment leaves every step it
+/// finished on disk (a resumed run rewrites the file with the rows up to its checkpoint first).
+class MetricsFile {
+ public:
+  MetricsFile(const std::filesystem::path& path, const std::vector<MetricsRow>& kept)
+      : out_(path, std::ios::trunc) {
+    out_ << metrics_header() << '\n';
+    for (const auto& r : kept) out_ << to_csv(r) << '\n';
+    out_.flush();
+  }
+  void append(const MetricsRow& r) { out_ << to_csv(r) << std::endl; }
+
+ private:
+  std::ofstream out_;
+};
 
 /// A loss-curve figure drawn by the library's line plot: train loss per step, validation loss
 /// where it was measured, and the uniform baseline ln(vocab) the model starts from.

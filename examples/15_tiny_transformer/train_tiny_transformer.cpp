@@ -298,6 +298,9 @@ int main(int argc, char** argv) try {
     train_log << '\n';
   } else
     train_log << "# resumed at step " << progress.step << '\n';
+  // Rank 0 writes metrics.csv step by step (a stopped run leaves every finished step in it).
+  std::optional<lab::MetricsFile> metrics_file;
+  if (rank == 0) metrics_file.emplace(opt.out_dir / "metrics.csv", metrics);
 
   // [quote:ddp]
   // DDP after the resume: it checks that every rank holds the same parameter structure and
@@ -431,7 +434,10 @@ int main(int argc, char** argv) try {
       if (evaluate && stage) lab::gather_to_rank0(*stage, *group, &model);
       if (rank == 0 && evaluate)
         row.validation_loss = validation_loss(model, corpus.validation, batch_size);
-      if (rank == 0) metrics.push_back(row);
+      if (rank == 0) {
+        metrics.push_back(row);
+        metrics_file->append(row);
+      }
 
       if (step % train_cfg.log_every == 0 || epoch_end || step == total_steps)
         train_log << step << ' ' << local_loss << ' '
@@ -457,7 +463,6 @@ int main(int argc, char** argv) try {
   // ---- report (rank 0) ----------------------------------------------------------------------
   if (stage && opt.sample_characters > 0) lab::gather_to_rank0(*stage, *group, &model);
   if (rank != 0) return 0;
-  lab::write_metrics(opt.out_dir / "metrics.csv", metrics);
   lab::write_loss_curve_svg(opt.out_dir / "loss_curve.svg", metrics, baseline,
                             "TinyTransformer (" + std::to_string(cfg.model.num_hidden_layers) +
                                 " blocks, hidden " + std::to_string(cfg.model.hidden_size) +
