@@ -2,9 +2,10 @@
 // Every built-in schedule x comm policy x partition (with and without Recompute), at 2 and 4
 // stages, trains to the same parameters as the monolith from the same initial weights on the
 // same batches. One process launch per (schedule, comm policy, stages) runs all its partitions.
-// One translation unit per schedule (equivalence_<schedule>.cpp) keeps each compile short and
-// lets them build in parallel: MPP_PIPELINE_EQUIVALENCE(Schedule) registers the workers and the
-// test case of one schedule.
+// One translation unit per schedule keeps each compile short and lets them build in parallel:
+// tests/pipeline/CMakeLists.txt generates one per entry of mpp::builtin_schedules, and
+// MPP_PIPELINE_EQUIVALENCE(Schedule) registers the workers and the test case of one schedule (a
+// schedule outside the list, e.g. a user's, uses the same macro).
 #include <doctest/doctest.h>
 
 // GCC 12 reports a false -Wstringop-overflow inside std::string's operator+ once launch/process.hpp
@@ -162,19 +163,22 @@ void run_all(bool registered) {
   });
 }
 
+/// The test case's name for `Sched`, kept for the program's life (doctest keeps the pointer).
+template <class Sched>
+const char* test_name() {
+  static const std::string name =
+      "pipeline training equals the monolith for every comm policy, partition and Recompute: " +
+      mpp::schedule_display_name<Sched>();
+  return name.c_str();
+}
+
 }  // namespace mpp::test::equivalence
 
-#define MPP_EQUIVALENCE_CAT2(a, b) a##b
-#define MPP_EQUIVALENCE_CAT(a, b) MPP_EQUIVALENCE_CAT2(a, b)
 /// One schedule's workers (registered before main() runs) and its test case.
-#define MPP_PIPELINE_EQUIVALENCE(NAME, ...)                                         \
-  namespace {                                                                       \
-  const bool MPP_EQUIVALENCE_CAT(equivalence_registered_, __LINE__) =               \
-      mpp::test::equivalence::register_workers<__VA_ARGS__>();                      \
-  }                                                                                 \
-  TEST_CASE(                                                                        \
-      "pipeline training equals the monolith for every comm policy, partition and " \
-      "Recompute: " NAME) {                                                         \
-    mpp::test::equivalence::run_all<__VA_ARGS__>(                                   \
-        MPP_EQUIVALENCE_CAT(equivalence_registered_, __LINE__));                    \
+#define MPP_PIPELINE_EQUIVALENCE(...)                                                          \
+  namespace {                                                                                  \
+  const bool equivalence_registered = mpp::test::equivalence::register_workers<__VA_ARGS__>(); \
+  }                                                                                            \
+  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__>())) {                              \
+    mpp::test::equivalence::run_all<__VA_ARGS__>(equivalence_registered);                      \
   }

@@ -46,7 +46,7 @@ TEST_CASE("1F1B table on P=2, M=3: warm-up, steady 1F1B, drain") {
 
 TEST_CASE("every action of a lowered plan carries stage, local chunk and peer") {
   const auto plan =
-      make_plan(ScheduleSpec{ScheduleKind::interleaved_1f1b, 8, 2}, CommSemantics::buffered, 4);
+      make_plan(ScheduleSpec{"Interleaved1F1B", 8, 2}, CommSemantics::buffered, 4);
   CHECK(plan->ranks() == 4);
   CHECK(plan->stages() == 8);
   CHECK(plan->micro_batches() == 8);
@@ -93,13 +93,13 @@ TEST_CASE("blocking lowering pairs neighbour exchanges; the textbook order deadl
 
 TEST_CASE("run-time errors name the rule and the fix") {
   CHECK_THROWS_WITH_AS(
-      make_plan(ScheduleSpec{ScheduleKind::interleaved_1f1b, 6, 2}, CommSemantics::buffered, 4),
+      make_plan(ScheduleSpec{"Interleaved1F1B", 6, 2}, CommSemantics::buffered, 4),
       doctest::Contains("needs M to be a multiple of the number of ranks (got M=6 for 4 ranks)"),
       ScheduleError);
   CHECK_THROWS_WITH_AS(
-      make_plan(ScheduleSpec{ScheduleKind::gpipe, 8, 1}, CommSemantics::buffered, 40),
+      make_plan(ScheduleSpec{"GPipe", 8, 1}, CommSemantics::buffered, 40),
       doctest::Contains("mpp::max_ranks"), ScheduleError);
   CHECK_THROWS_WITH_AS(
-      make_plan(ScheduleSpec{ScheduleKind::gpipe, 200, 1}, CommSemantics::buffered, 4),
+      make_plan(ScheduleSpec{"GPipe", 200, 1}, CommSemantics::buffered, 4),
       doctest::Contains("mpp::max_actions_per_rank"), ScheduleError);
 }

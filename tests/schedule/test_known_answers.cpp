@@ -8,7 +8,7 @@
 using namespace mpp;
 
 namespace {
-std::unique_ptr<Plan> plan_of(ScheduleKind kind, int p, int m, int v, CommSemantics sem) {
+std::unique_ptr<Plan> plan_of(std::string_view kind, int p, int m, int v, CommSemantics sem) {
   auto compute = std::make_unique<ScheduleTable>();
   generate_into(*compute, ScheduleSpec{kind, m, v}, p);
   auto plan = std::make_unique<Plan>();
@@ -24,8 +24,8 @@ TEST_CASE("GPipe and 1F1B: bubble (p-1)/(m+p-1); peak m for GPipe, min(m, p-r) f
         CAPTURE(p);
         CAPTURE(m);
         CAPTURE(sem);
-        const auto gpipe = plan_of(ScheduleKind::gpipe, p, m, 1, CommSemantics(sem));
-        const auto ofob = plan_of(ScheduleKind::one_f_one_b, p, m, 1, CommSemantics(sem));
+        const auto gpipe = plan_of("GPipe", p, m, 1, CommSemantics(sem));
+        const auto ofob = plan_of("OneFOneB", p, m, 1, CommSemantics(sem));
         REQUIRE(gpipe->figures.ok);
         REQUIRE(ofob->figures.ok);
         for (const Plan* plan : {gpipe.get(), ofob.get()}) {

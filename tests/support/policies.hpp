@@ -1,7 +1,8 @@
 #pragma once
-// The one list of policies: doctest's TEST_CASE_TEMPLATE_APPLY takes the std::tuple forms and the
-// benchmarks' hana::for_each / hana::cartesian_product take hana_types<...> of the same lists,
-// so a new schedule, comm policy or partition is tested and benchmarked by adding one line here.
+// The one list of policies (schedules: the library's own list, mpp::builtin_schedules): doctest's
+// TEST_CASE_TEMPLATE_APPLY takes the std::tuple forms and the benchmarks' hana::for_each /
+// hana::cartesian_product take hana_types<...> of the same lists, so a new schedule, comm policy or
+// partition is tested and benchmarked by adding one line here.
 #include <tuple>
 
 #include <boost/hana/tuple.hpp>
@@ -16,9 +17,19 @@
 
 namespace mpp::test {
 
-/// Every built-in schedule with M micro-batches (interleaved with V = 2 chunks per rank).
+namespace detail {
+template <int M, class Families>
+struct with_knobs;
+template <int M, class... Families>
+struct with_knobs<M, std::tuple<Families...>> {
+  using type = std::tuple<typename Families::template with<M, 2>...>;
+};
+}  // namespace detail
+
+/// Every built-in schedule (mpp::builtin_schedules) with M micro-batches, V = 2 chunks per rank
+/// where V is a knob.
 template <int M>
-using schedules = std::tuple<Naive, GPipe<M>, OneFOneB<M>, Interleaved1F1B<M, 2>, ZeroBubbleH1<M>>;
+using schedules = typename detail::with_knobs<M, builtin_schedules>::type;
 
 /// Every comm policy this build can run (Shm: ranks of one host, as the tests and benchmarks run).
 using comm_policies = std::tuple<Blocking<Gloo>, Async<Gloo>, Blocking<Shm>, Async<Shm>>;

@@ -42,16 +42,20 @@ int main(int argc, char** argv) {
   std::string comm = "async";
   mpp::Costs costs{};
   std::string svg_path, json_path, csv_path, import_path, title;
-  bool show_table = false, quiet = false;
-  app.add_option("schedule", schedule_name, "naive, gpipe, 1f1b, interleaved, zb-h1")
+  bool show_table = false, quiet = false, list = false;
+  app.add_option("schedule", schedule_name,
+                 "one of: " + std::string(mpp::builtin_schedule_names().view()))
       ->capture_default_str();
+  app.add_flag("--list", list,
+               "print each built-in schedule's name and the mpp-schedule arguments that draw it "
+               "(one line each) and exit");
   app.add_option("-p,--stages", ranks, "pipeline ranks P")
       ->capture_default_str()
       ->check(CLI::Range(1, mpp::max_ranks));
   app.add_option("-m,--micro", micro_batches, "micro-batches M")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("-v,--chunks", chunks, "chunks per rank V (interleaved only)")
+  app.add_option("-v,--chunks", chunks, "chunks per rank V (schedules whose V is a knob)")
       ->capture_default_str();
   app.add_option("--comm", comm, "async (buffered isend/irecv) or blocking (rendezvous send/recv)")
       ->capture_default_str()
@@ -73,6 +77,14 @@ int main(int argc, char** argv) {
   app.add_flag("--table", show_table, "print each rank's lowered actions");
   app.add_flag("-q,--quiet", quiet, "do not print the ASCII timeline");
   CLI11_PARSE(app, argc, argv);
+  if (list) {
+    // "<spelling> <arguments>": what the docs' figure script draws, one schedule per line.
+    mpp::for_each_builtin_schedule([]<class F>() {
+      std::cout << F::spellings[0] << (F::takes_micro_batches ? " -m 8" : "")
+                << (F::fixed_chunks == 0 ? " -v 2" : "") << '\n';
+    });
+    return 0;
+  }
 
   try {
     const mpp::CommSemantics semantics =
@@ -83,18 +95,21 @@ int main(int argc, char** argv) {
       mpp::table_from_action_csv(*compute, read_file(import_path), semantics);
       label = import_path;
     } else {
-      mpp::ScheduleKind kind{};
-      if (!mpp::parse_schedule_kind(schedule_name, kind)) {
-        std::cerr << "mpp-schedule: unknown schedule '" << schedule_name
-                  << "'; use naive, gpipe, 1f1b, interleaved or zb-h1\n";
+      // The knobs a schedule does not take are not asked of it (M = 1 for Naive, its own V).
+      const bool found = mpp::with_builtin_schedule(schedule_name, [&]<class F>() {
+        const int m = F::takes_micro_batches ? micro_batches : 1;
+        const int v = F::fixed_chunks == 0 ? chunks : F::fixed_chunks;
+        F::generate(*compute, ranks, m, v);
+        label = std::string(F::name);
+        if (F::takes_micro_batches)
+          label += "<" + std::to_string(m) +
+                   (F::fixed_chunks == 0 ? ", " + std::to_string(v) : "") + ">";
+      });
+      if (!found) {
+        std::cerr << "mpp-schedule: unknown schedule '" << schedule_name << "'; use one of "
+                  << mpp::builtin_schedule_names().view() << '\n';
         return 2;
       }
-      const int m = kind == mpp::ScheduleKind::naive ? 1 : micro_batches;
-      const int v = kind == mpp::ScheduleKind::interleaved_1f1b ? chunks : 1;
-      mpp::generate_into(*compute, mpp::ScheduleSpec{kind, m, v}, ranks);
-      label = std::string(mpp::name_of(kind));
-      if (kind != mpp::ScheduleKind::naive)
-        label += "<" + std::to_string(m) + (v > 1 ? ", " + std::to_string(v) : "") + ">";
       label += " on " + std::to_string(ranks) + " ranks";
     }
     label += comm == "blocking" ? ", Blocking" : ", Async";

@@ -12,6 +12,7 @@
 #include "mpp/models/mlp.hpp"
 #include "mpp/partition/concepts.hpp"
 #include "mpp/partition/errors.hpp"
+#include "mpp/schedule/placement.hpp"
 
 namespace mpp {
 
@@ -58,8 +59,12 @@ std::vector<std::int64_t> layer_costs(const M& model) {
   return costs;
 }
 
-/// Which model piece is chunk `chunk` of rank `rank` (Megatron's interleaving: c·P + r).
-constexpr int piece_index(int rank, int chunk, int stages) { return chunk * stages + rank; }
+/// Which model piece is chunk `chunk` of rank `rank` among `ranks` ranks: the global stage the
+/// schedule's placement gives it (interleaved: c·P + r; v-shape: see mpp::Placement).
+constexpr int piece_index(int rank, int chunk, int ranks,
+                          Placement placement = Placement::interleaved) {
+  return stage_of(placement, ranks, rank, chunk);
+}
 
 /// One model piece held by this rank.
 struct LocalPiece {
@@ -70,9 +75,11 @@ struct LocalPiece {
 };
 
 // [quote:build_local_pieces]
-/// Builds only this rank's pieces: nothing outside them is ever allocated.
+/// Builds only this rank's pieces: nothing outside them is ever allocated. `placement` is the
+/// schedule's (which stages this rank holds).
 template <partition P, layered_model M>
-std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_per_rank) {
+std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_per_rank,
+                                           Placement placement = Placement::interleaved) {
   const int stages = P::stages_for(chunks_per_rank);
   const auto costs = layer_costs(model);
   const auto ranges = P::split(costs, chunks_per_rank);
@@ -82,7 +89,7 @@ std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_
                           std::to_string(stages) + " ranks per pipeline");
   std::vector<LocalPiece> local;
   for (int c = 0; c < chunks_per_rank; ++c) {
-    const int piece = piece_index(rank, c, stages);
+    const int piece = piece_index(rank, c, stages, placement);
     const LayerRange r = ranges[static_cast<std::size_t>(piece)];
     local.push_back({piece, c, r, model.build(r.begin, r.end)});
   }

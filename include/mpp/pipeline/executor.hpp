@@ -2,10 +2,10 @@
 // The executor of one rank's lowered action table.
 //
 // One loop over plain `Action`s and a `switch` on the op: no virtual call and no type erasure of
-// our own in the hot path. The comm policy is a template parameter and its blocking or async
-// behaviour is chosen with `if constexpr` inside Communicator<C>; partition, schedule and
-// Recompute only change the data this loop runs over (the table, the pieces, one flag), so the
-// loop is compiled once per comm policy and not once per combination.
+// our own in the hot path. The comm policy, Recompute and the split backward are template
+// parameters, chosen with `if constexpr`; partition and schedule only change the data this loop
+// runs over (the rows, the pieces), so the loop is compiled once per (comm policy, recompute,
+// split) and not once per combination.
 //
 // Per micro-batch and chunk a Slot holds what the backward needs: the stage input, the output
 // (the graph root), the weighted loss on the last stage and, for split backwards (I then W), the
@@ -35,6 +35,7 @@
 #include "mpp/pipeline/rng_state.hpp"
 #include "mpp/pipeline/shape_header.hpp"
 #include "mpp/schedule/action.hpp"
+#include "mpp/schedule/placement.hpp"
 #include "mpp/trace/recorder.hpp"
 
 namespace mpp::detail {
@@ -46,7 +47,7 @@ struct ExecutorConfig {
   int ranks = 1;              // P
   int chunks_per_rank = 1;    // V
   int micro_batches = 1;      // M
-  bool recompute = false;
+  Placement placement = Placement::interleaved;  // which stages this rank holds
   std::vector<ActivationSpec> expected_inputs;   // per local chunk: what its first layer takes
   std::vector<ActivationSpec> expected_outputs;  // per local chunk: what the next stage takes
 };
@@ -60,7 +61,10 @@ constexpr int gradient_tag(int to_stage, int micro_batch, int stages) {
 }
 constexpr int header_tag(int from_stage) { return from_stage * 3 + 2; }
 
-template <comm_policy C>
+/// Runs one rank's rows. `Recompute`: keep only each micro-batch's input and rebuild its graph
+/// before its first backward op (a Recompute<...> partition). `SplitBackward`: the rows hold I
+/// and W, so a forward keeps each layer's output edge for W. Both come from the Pipeline's types.
+template <comm_policy C, bool Recompute = false, bool SplitBackward = false>
 class Executor {
  public:
   Executor(Communicator<C> comm, std::vector<Action> actions, std::vector<LocalPiece> pieces,
@@ -95,12 +99,12 @@ class Executor {
   const trace::RankTrace& last_trace() const { return recorder_.trace(); }
   const std::vector<Action>& actions() const { return actions_; }
   int stages() const { return stages_; }
-  bool holds_first_stage() const { return rank_ == 0; }
-  bool holds_last_stage() const { return rank_ == config_.ranks - 1; }
+  bool holds_first_stage() const { return rank_of_stage(0) == rank_; }
+  bool holds_last_stage() const { return rank_of_stage(stages_ - 1) == rank_; }
 
   template <class LossFn>
   double train_step(const at::Tensor& inputs, const at::Tensor& targets, LossFn& loss_fn) {
-    recorder_.begin_step(rank_, actions_.size() + 8);
+    recorder_.begin_step(rank_, actions_.size() + 8, config_.placement);
     // The step's state lives on this frame: if anything throws, its pending receives and sends
     // are abandoned while the error unwinds (Request's rule) instead of being waited on.
     Step step(pieces_.size(), config_.micro_batches);
@@ -143,7 +147,7 @@ class Executor {
     }
     const auto t0 = recorder_.now();
     at::Tensor loss = at::scalar_tensor(step.loss_sum, at::kDouble);
-    if (config_.ranks > 1) comm_.broadcast(loss, config_.ranks - 1);
+    if (config_.ranks > 1) comm_.broadcast(loss, rank_of_stage(stages_ - 1));
     recorder_.record(trace::EventKind::loss_sync, Op::SEND_F, -1, 0, -1, t0, recorder_.now());
     recorder_.end_step();
     return loss.item<double>();
@@ -224,11 +228,28 @@ class Executor {
         ->slots[static_cast<std::size_t>(chunk) * static_cast<std::size_t>(config_.micro_batches) +
                 static_cast<std::size_t>(micro_batch)];
   }
-  int stage_of(int chunk) const { return chunk * config_.ranks + rank_; }
+  int stage_of(int chunk) const {
+    return mpp::stage_of(config_.placement, config_.ranks, rank_, chunk);
+  }
+  int rank_of_stage(int stage) const {
+    return mpp::rank_of(config_.placement, config_.ranks, stage);
+  }
   bool is_first_stage(int chunk) const { return stage_of(chunk) == 0; }
   bool is_last_stage(int chunk) const { return stage_of(chunk) == stages_ - 1; }
+  /// The rank of the stage before (`step` -1) or after (+1) local `chunk`'s.
+  int neighbour_rank(int chunk, int step) const { return rank_of_stage(stage_of(chunk) + step); }
+  /// Whether the stage before (`step` -1) or after (+1) local `chunk`'s is on this rank too: the
+  /// value is then handed over in memory, with no message (the v-shape's turn).
+  bool local_neighbour(int chunk, int step) const {
+    const int other = stage_of(chunk) + step;
+    return other >= 0 && other < stages_ && rank_of_stage(other) == rank_;
+  }
+  /// The local chunk that holds the stage `step` away from `chunk`'s.
+  int neighbour_chunk(int chunk, int step) const {
+    return mpp::chunk_of(config_.placement, config_.ranks, stage_of(chunk) + step);
+  }
   std::string stage_text(int stage) const {
-    return "stage " + std::to_string(stage) + " (rank " + std::to_string(stage % config_.ranks) +
+    return "stage " + std::to_string(stage) + " (rank " + std::to_string(rank_of_stage(stage)) +
            ")";
   }
 
@@ -274,14 +295,15 @@ class Executor {
   void send_headers(int only_chunk = -1) {
     for (std::size_t c = 0; c < pieces_.size(); ++c) {
       const int chunk = static_cast<int>(c);
-      if ((only_chunk >= 0 && chunk != only_chunk) || is_last_stage(chunk) || step_->header_sent[c])
+      if ((only_chunk >= 0 && chunk != only_chunk) || is_last_stage(chunk) ||
+          local_neighbour(chunk, +1) || step_->header_sent[c])
         continue;
       ShapeHeader h;
       h.sender_stage = stage_of(chunk);
       h.batch = step_->plan.batch;
       h.micro_batches = config_.micro_batches;
       h.spec = config_.expected_outputs[c];
-      const int peer = (stage_of(chunk) + 1) % config_.ranks;
+      const int peer = neighbour_rank(chunk, +1);
       step_->pending_sends.add(comm_.send(h.encode(), peer, header_tag(stage_of(chunk))));
       step_->header_sent[c] = true;
     }
@@ -383,12 +405,13 @@ class Executor {
     Slot& s = slot(a.chunk, a.micro_batch);
     at::Tensor x = is_first_stage(a.chunk)
                        ? step_->input_chunks.at(static_cast<std::size_t>(a.micro_batch))
-                       : take_activation(a);
+                   : local_neighbour(a.chunk, -1) ? take_local_activation(a)
+                                                  : take_activation(a);
     const auto t0 = recorder_.now();
     const bool last = is_last_stage(a.chunk);
-    const bool split = uses_split_backward();
+    constexpr bool split = SplitBackward;
     at::Tensor out;
-    if (config_.recompute) {
+    if constexpr (Recompute) {
       c10::NoGradGuard no_grad;
       s.input = x;
       s.rng_state = capture_rng_state();  // the recompute draws the same dropout masks
@@ -432,8 +455,6 @@ class Executor {
     return loss * step_->plan.weight(micro_batch);
   }
 
-  bool uses_split_backward() const { return has_split_backward_; }
-
   // [quote:rebuild_graph]
   /// Under Recompute: the forward again, this time with the graph (and layer outputs if split).
   template <class LossFn>
@@ -472,7 +493,9 @@ class Executor {
                            std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
                            " before its forward; the table is invalid");
     const bool last = is_last_stage(a.chunk);
-    at::Tensor grad_out = last ? at::Tensor() : take_gradient(a);
+    at::Tensor grad_out = last                           ? at::Tensor()
+                          : local_neighbour(a.chunk, +1) ? take_local_gradient(a)
+                                                         : take_gradient(a);
     if (!s.graph_ready) rebuild_graph(a, s, loss_fn, split);
     const auto t0 = recorder_.now();
     const at::Tensor root = last ? s.loss : s.output;
@@ -595,7 +618,7 @@ class Executor {
     if (!step_->header_sent[chunk]) send_headers(a.chunk);
     step_->pending_sends.add(
         comm_.send(wire, a.peer, activation_tag(a.stage, a.micro_batch, stages_)));
-    if (config_.recompute) s.output = at::Tensor();  // the Request keeps the bytes until sent
+    if constexpr (Recompute) s.output = at::Tensor();  // the Request keeps the bytes until sent
     recorder_.record(trace::EventKind::send, Op::SEND_F, a.micro_batch, a.chunk, a.peer, t0,
                      recorder_.now());
   }
@@ -686,7 +709,7 @@ class Executor {
   /// The input of F(stage > 0): waits for the receive (reading the header first if needed).
   at::Tensor take_activation(const Action& a) {
     Slot& s = slot(a.chunk, a.micro_batch);
-    const int peer = (stage_of(a.chunk) - 1 + stages_) % config_.ranks;
+    const int peer = neighbour_rank(a.chunk, -1);
     const auto t0 = recorder_.now();
     InLink& link = step_->in_links[static_cast<std::size_t>(a.chunk)];
     if (!link.known) {
@@ -727,11 +750,39 @@ class Executor {
   }
 
   void post_gradient_buffer(int chunk, int micro_batch, Slot& s) {
-    const int peer = (stage_of(chunk) + 1) % config_.ranks;
+    const int peer = neighbour_rank(chunk, +1);
     s.grad_buffer = at::empty(s.out_shape, at::TensorOptions().dtype(s.out_dtype));
     s.grad_request =
         comm_.recv(s.grad_buffer, peer, gradient_tag(stage_of(chunk), micro_batch, stages_));
     s.grad_deferred = false;
+  }
+
+  /// The input of F when the previous stage is on this rank too: its output, handed over in
+  /// memory (detached: each stage's backward runs on its own graph, as across ranks).
+  at::Tensor take_local_activation(const Action& a) {
+    const int from = neighbour_chunk(a.chunk, -1);
+    Slot& prev = slot(from, a.micro_batch);
+    if (!prev.output.defined())
+      throw pipeline_error("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                           stage_text(stage_of(a.chunk)) + " before F on " +
+                           stage_text(stage_of(from)) + "; the table is invalid");
+    at::Tensor x = prev.output.detach();
+    check_spec(ActivationSpec{x.scalar_type(), per_sample(x)},
+               config_.expected_inputs[static_cast<std::size_t>(a.chunk)], stage_of(from),
+               stage_of(a.chunk));
+    if constexpr (Recompute) prev.output = at::Tensor();  // its backward recomputes it
+    return x;
+  }
+
+  /// The output grad of B/I when the next stage is on this rank too: that stage's input grad.
+  at::Tensor take_local_gradient(const Action& a) {
+    Slot& next = slot(neighbour_chunk(a.chunk, +1), a.micro_batch);
+    if (!next.input_grad.defined())
+      throw pipeline_error("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
+                           std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
+                           " before the backward of " + stage_text(stage_of(a.chunk) + 1) +
+                           "; the table is invalid");
+    return std::exchange(next.input_grad, at::Tensor());
   }
 
   at::Tensor take_gradient(const Action& a) {
@@ -745,7 +796,7 @@ class Executor {
     s.grad_request.wait();
     if constexpr (!Communicator<C>::blocking)
       recorder_.record(trace::EventKind::recv_wait, Op::RECV_B, a.micro_batch, a.chunk,
-                       (stage_of(a.chunk) + 1) % config_.ranks, t0, recorder_.now());
+                       neighbour_rank(a.chunk, +1), t0, recorder_.now());
     return std::exchange(s.grad_buffer, at::Tensor());
   }
 
@@ -757,16 +808,11 @@ class Executor {
   ExecutorConfig config_;
   int rank_;
   int stages_;
-  bool has_split_backward_ = false;
 
   trace::Recorder recorder_;
   Step* step_ = nullptr;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> pending_weak_;
   std::vector<const c10::StorageImpl*> seen_storages_;
-
- public:
-  /// Set by the Pipeline when the table has I/W actions.
-  void set_split_backward(bool split) { has_split_backward_ = split; }
 };
 
 }  // namespace mpp::detail

@@ -12,7 +12,7 @@ namespace mpp {
 
 namespace detail {
 inline constexpr int trace_tag = 1 << 22;  // above every tag a step uses
-inline constexpr int trace_header = 6;
+inline constexpr int trace_header = 7;
 inline constexpr int trace_fields = 8;
 
 inline at::Tensor pack_trace(const trace::RankTrace& t) {
@@ -25,6 +25,7 @@ inline at::Tensor pack_trace(const trace::RankTrace& t) {
   p[3] = static_cast<double>(t.peak_activation_bytes);
   p[4] = t.peak_in_flight;
   p[5] = static_cast<double>(n);
+  p[6] = static_cast<double>(t.placement);
   for (std::int64_t i = 0; i < n; ++i) {
     const auto& e = t.events[static_cast<std::size_t>(i)];
     double* q = p + trace_header + i * trace_fields;
@@ -49,6 +50,7 @@ inline trace::RankTrace unpack_trace(const at::Tensor& packed) {
   t.peak_activation_bytes = static_cast<std::int64_t>(p[3]);
   t.peak_in_flight = static_cast<int>(p[4]);
   const auto n = static_cast<std::int64_t>(p[5]);
+  t.placement = static_cast<Placement>(static_cast<int>(p[6]));
   for (std::int64_t i = 0; i < n; ++i) {
     const double* q = p + trace_header + i * trace_fields;
     t.events.push_back({static_cast<trace::EventKind>(static_cast<int>(q[0])),

@@ -35,16 +35,6 @@
 
 namespace mpp {
 
-/// "GPipe<8>", "Interleaved1F1B<8,2>", "Naive": a schedule's name with its knobs.
-template <schedule S>
-std::string schedule_display_name() {
-  std::string n(S::name);
-  if (n == "Naive" || n == "Custom") return n;
-  n += "<" + std::to_string(S::micro_batches);
-  if (S::chunks_per_rank > 1) n += "," + std::to_string(S::chunks_per_rank);
-  return n + ">";
-}
-
 namespace detail {
 template <class P>
 concept has_fixed_pieces = requires {
@@ -102,6 +92,9 @@ class Pipeline {
   /// executor runs its rank's row from this constant data.
   using rows = CompiledRows<Sched, Comm, stages>;
 
+  /// The executor of this rank's rows: recompute and the split backward chosen by the types.
+  using executor_type = detail::Executor<Comm, recompute, rows::split_backward>;
+
   /// The type's display name, "Pipeline<partition, schedule, comm policy>".
   static std::string name() {
     return "Pipeline<" + Stages::name() + ", " + schedule_display_name<Sched>() + ", " +
@@ -135,10 +128,13 @@ class Pipeline {
   const std::vector<LocalPiece>& pieces() const { return executor_->pieces(); }
   /// This rank in the pipeline's group.
   int rank() const { return executor_->comm().rank(); }
-  /// Whether this rank takes the inputs (rank 0).
-  bool is_first() const { return rank() == 0; }
-  /// Whether this rank takes the targets and computes the loss (the last rank).
-  bool is_last() const { return rank() == stages - 1; }
+  /// Whether this rank holds the first stage and takes the inputs (rank 0).
+  bool is_first() const { return rank() == rank_of(rows::placement, stages, 0); }
+  /// Whether this rank holds the last stage, takes the targets and computes the loss: the last
+  /// rank, or rank 0 under a v-shaped schedule (ZeroBubbleV).
+  bool is_last() const {
+    return rank() == rank_of(rows::placement, stages, stages * chunks_per_rank - 1);
+  }
   /// The pipeline's group under its comm policy.
   const Communicator<Comm>& comm() const { return executor_->comm(); }
 
@@ -156,7 +152,7 @@ class Pipeline {
 
  private:
   template <layered_model Model>
-  std::unique_ptr<detail::Executor<Comm>> make_executor(ProcessGroup group, const Model& model) {
+  std::unique_ptr<executor_type> make_executor(ProcessGroup group, const Model& model) {
     if (group.size() != stages) {
       std::string fix = group.size() % stages == 0
                             ? "; for data parallelism over pipelines give each Pipeline its own "
@@ -169,7 +165,7 @@ class Pipeline {
                            " ranks (mpprun --nproc-per-node " + std::to_string(stages) + ")" + fix);
     }
     const int rank = group.rank();
-    auto pieces = build_local_pieces<Stages>(model, rank, chunks_per_rank);
+    auto pieces = build_local_pieces<Stages>(model, rank, chunks_per_rank, rows::placement);
 
     detail::ExecutorConfig config;
     config.pipeline_name = name();
@@ -177,7 +173,7 @@ class Pipeline {
     config.ranks = stages;
     config.chunks_per_rank = chunks_per_rank;
     config.micro_batches = micro_batches;
-    config.recompute = recompute;
+    config.placement = rows::placement;
     for (const auto& piece : pieces) {
       config.expected_inputs.push_back(
           ActivationSpec{model.dtype(), model.input_shape(piece.layers.begin)});
@@ -188,14 +184,13 @@ class Pipeline {
     }
 
     const std::span<const Action> row = rows::row(rank);  // this rank's row, proven
-    auto executor = std::make_unique<detail::Executor<Comm>>(
-        Communicator<Comm>(std::move(group)), std::vector<Action>(row.begin(), row.end()),
-        std::move(pieces), std::move(config));
-    executor->set_split_backward(rows::split_backward);
+    auto executor = std::make_unique<executor_type>(Communicator<Comm>(std::move(group)),
+                                                    std::vector<Action>(row.begin(), row.end()),
+                                                    std::move(pieces), std::move(config));
     return executor;
   }
 
-  std::unique_ptr<detail::Executor<Comm>> executor_;
+  std::unique_ptr<executor_type> executor_;
 };
 
 }  // namespace mpp

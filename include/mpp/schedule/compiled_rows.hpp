@@ -6,8 +6,8 @@
 #include <array>
 #include <span>
 
+#include "mpp/schedule/concepts.hpp"
 #include "mpp/schedule/plan.hpp"
-#include "mpp/schedule/policies.hpp"
 
 namespace mpp {
 
@@ -16,10 +16,7 @@ namespace detail {
 template <schedule Sched, class Comm>
 constexpr ScheduleTable lowered_table(int ranks) {
   ScheduleTable compute{};
-  if constexpr (requires { Sched::spec; })
-    generate_into(compute, Sched::spec, ranks);
-  else
-    compute = Sched::table(ranks);
+  table_into<Sched>(compute, ranks);
   ScheduleTable lowered{};
   lower_into(lowered, compute, Comm::semantics, Costs{});
   return lowered;
@@ -51,6 +48,9 @@ requires detail::has_comm_semantics<Comm> &&(P >= 1 && P <= max_ranks) struct Co
       for (int i = 0; i < offsets[r + 1] - offsets[r]; ++i) out[k++] = lowered.actions[r][i];
     return out;
   }();
+
+  /// Which rank holds which stage (the schedule's placement).
+  static constexpr Placement placement = detail::lowered_table<Sched, Comm>(P).placement;
 
   /// Whether any rank splits a backward into input-gradient (I) and weight-gradient (W) parts.
   static constexpr bool split_backward = [] {

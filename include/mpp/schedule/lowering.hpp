@@ -12,6 +12,7 @@ constexpr bool copy_header(ScheduleTable& out, const ScheduleTable& in, CommSema
   out.ranks = in.ranks;
   out.micro_batches = in.micro_batches;
   out.chunks_per_rank = in.chunks_per_rank;
+  out.placement = in.placement;
   out.error = in.error;
   out.lowered = true;
   out.semantics = semantics;
@@ -32,6 +33,7 @@ constexpr void copy_table(ScheduleTable& out, const ScheduleTable& in) {
   out.ranks = in.ranks;
   out.micro_batches = in.micro_batches;
   out.chunks_per_rank = in.chunks_per_rank;
+  out.placement = in.placement;
   out.error = in.error;
   out.lowered = in.lowered;
   out.semantics = in.semantics;
@@ -41,26 +43,29 @@ constexpr void copy_table(ScheduleTable& out, const ScheduleTable& in) {
   }
 }
 
+/// The rank of `stage`'s neighbour `stage + step` when another rank holds it; -1 when there is
+/// no such stage or this rank holds it too (the value is handed over without a message).
+constexpr int remote_neighbour(const ScheduleTable& t, int rank, int stage, int step) {
+  const int other = stage + step;
+  if (other < 0 || other >= t.stages()) return -1;
+  const int holder = t.rank_of(other);
+  return holder == rank ? -1 : holder;
+}
+
 /// Emits the receive compute `a` on rank r needs (input from another rank), if any.
-constexpr void emit_receive_for(ScheduleTable& out, int r, const Action& a, int stages) {
-  const int P = out.ranks, s = a.stage;
-  if (a.op == Op::F) {
-    if (s > 0 && (s - 1) % P != r) emit(out, r, Op::RECV_F, a.micro_batch, a.chunk, (s - 1) % P);
-  } else if (a.op != Op::W) {
-    if (s < stages - 1 && (s + 1) % P != r)
-      emit(out, r, Op::RECV_B, a.micro_batch, a.chunk, (s + 1) % P);
-  }
+constexpr void emit_receive_for(ScheduleTable& out, int r, const Action& a) {
+  if (a.op == Op::W) return;
+  const bool forward = a.op == Op::F;
+  const int from = remote_neighbour(out, r, a.stage, forward ? -1 : +1);
+  if (from >= 0) emit(out, r, forward ? Op::RECV_F : Op::RECV_B, a.micro_batch, a.chunk, from);
 }
 
 /// Emits the send of compute `a`'s result on rank r (to another rank), if any.
-constexpr void emit_send_for(ScheduleTable& out, int r, const Action& a, int stages) {
-  const int P = out.ranks, s = a.stage;
-  if (a.op == Op::F) {
-    if (s < stages - 1 && (s + 1) % P != r)
-      emit(out, r, Op::SEND_F, a.micro_batch, a.chunk, (s + 1) % P);
-  } else if (a.op != Op::W) {
-    if (s > 0 && (s - 1) % P != r) emit(out, r, Op::SEND_B, a.micro_batch, a.chunk, (s - 1) % P);
-  }
+constexpr void emit_send_for(ScheduleTable& out, int r, const Action& a) {
+  if (a.op == Op::W) return;
+  const bool forward = a.op == Op::F;
+  const int to = remote_neighbour(out, r, a.stage, forward ? +1 : -1);
+  if (to >= 0) emit(out, r, forward ? Op::SEND_F : Op::SEND_B, a.micro_batch, a.chunk, to);
 }
 
 /// Receive for compute k posted before compute k - lookahead (lookahead 0: right before it);
@@ -68,18 +73,17 @@ constexpr void emit_send_for(ScheduleTable& out, int r, const Action& a, int sta
 constexpr void lower_in_order(ScheduleTable& out, const ScheduleTable& in, CommSemantics semantics,
                               int receive_lookahead) {
   if (!copy_header(out, in, semantics)) return;
-  const int S = in.stages();
   for (int r = 0; r < in.ranks; ++r) {
     const Action* row = in.actions[r];
     const int n = in.length[r];
-    for (int k = 0; k < receive_lookahead && k < n; ++k) emit_receive_for(out, r, row[k], S);
+    for (int k = 0; k < receive_lookahead && k < n; ++k) emit_receive_for(out, r, row[k]);
     for (int k = 0; k < n; ++k) {
       if (receive_lookahead == 0)
-        emit_receive_for(out, r, row[k], S);
+        emit_receive_for(out, r, row[k]);
       else if (k + receive_lookahead < n)
-        emit_receive_for(out, r, row[k + receive_lookahead], S);
+        emit_receive_for(out, r, row[k + receive_lookahead]);
       out.actions[r][out.length[r]++] = row[k];
-      emit_send_for(out, r, row[k], S);
+      emit_send_for(out, r, row[k]);
     }
   }
 }
@@ -87,16 +91,20 @@ constexpr void lower_in_order(ScheduleTable& out, const ScheduleTable& in, CommS
 /// Scratch of the rendezvous lowering (see with_state).
 struct RendezvousState {
   static constexpr int never = 0x3fffffff;
+  static constexpr int max_queues = 2 * max_ranks * max_chunks_per_rank;
   int clock[max_ranks], pc[max_ranks];
   int ready_at[max_ranks];  // clock if the next compute's inputs are here, else never
-  int head[2 * max_ranks],
-      tail[2 * max_ranks];         // [rank * 2 + kind], kind 0: F to rank+1, 1: B to rank-1
-  int transfer_at[2 * max_ranks];  // start of the queue's next transfer, or never
-  int peer_of_queue[2 * max_ranks];
+  // One queue per (rank, kind, chunk): [(rank * 2 + kind) * V + chunk], kind 0: F to the next
+  // stage's rank, 1: B to the previous stage's rank.
+  int head[max_queues], tail[max_queues];
+  int transfer_at[max_queues];    // start of the queue's next transfer, or never
+  int peer_of_queue[max_queues];  // the receiving rank, or -1 (no such stage, or local)
+  int around[max_ranks][4 * max_chunks_per_rank];  // queues a rank sends or receives on
+  int around_count[max_ranks];
   int received[2 * max_slots];                    // [kind * slots + stage * M + mb] of the consumer
   int needs[max_ranks][max_actions_per_rank];     // per compute: 0, or 1 + index into received
-  int produces[max_ranks][max_actions_per_rank];  // per compute: -1, or the kind of its send
-  int queue[2 * max_ranks][max_actions_per_rank];  // producing step of each unsent result
+  int produces[max_ranks][max_actions_per_rank];  // per compute: -1, or the queue of its send
+  int queue[max_queues][max_actions_per_rank];    // producing step of each unsent result
 };
 
 /// Rendezvous lowering: replays the compute table under the cost model and emits each transfer
@@ -115,33 +123,38 @@ constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, con
     for (int k = 0; k < in.length[r]; ++k) {  // ranges only; the verifier checks the rest
       const Action& a = in.actions[r][k];
       if (a.micro_batch < 0 || a.micro_batch >= M || a.chunk < 0 || a.chunk >= V ||
-          a.stage != a.chunk * P + r || !is_compute(a.op))
+          a.stage != in.stage_of(r, a.chunk) || !is_compute(a.op))
         return false;
     }
   return with_state<RendezvousState>([&](RendezvousState& st) {
     constexpr int never = RendezvousState::never;
+    const int queues = 2 * P * V;
+    for (int q = 0; q < queues; ++q) {
+      const int r = q / (2 * V), kind = (q / V) % 2, chunk = q % V;
+      const int to = remote_neighbour(in, r, in.stage_of(r, chunk), kind == 0 ? +1 : -1);
+      st.peer_of_queue[q] = to;
+      st.transfer_at[q] = never;
+      if (to < 0) continue;
+      st.around[r][st.around_count[r]++] = q;
+      st.around[to][st.around_count[to]++] = q;
+    }
     for (int r = 0; r < P; ++r) {
-      st.peer_of_queue[2 * r] = (r + 1) % P;
-      st.peer_of_queue[2 * r + 1] = (r - 1 + P) % P;
-      st.transfer_at[2 * r] = never;
-      st.transfer_at[2 * r + 1] = never;
       for (int k = 0; k < in.length[r]; ++k) {
         const Action& c = in.actions[r][k];
         const int s = c.stage, id = s * M + c.micro_batch;
         st.produces[r][k] = -1;
-        if (c.op == Op::F) {
-          if (s > 0 && (s - 1) % P != r) st.needs[r][k] = 1 + id;
-          if (s < S - 1 && (s + 1) % P != r) st.produces[r][k] = 0;
-        } else if (c.op != Op::W) {
-          if (s < S - 1 && (s + 1) % P != r) st.needs[r][k] = 1 + slots + id;
-          if (s > 0 && (s - 1) % P != r) st.produces[r][k] = 1;
-        }
+        if (c.op == Op::W) continue;
+        const bool forward = c.op == Op::F;
+        if (remote_neighbour(in, r, s, forward ? -1 : +1) >= 0)
+          st.needs[r][k] = 1 + (forward ? 0 : slots) + id;
+        if (remote_neighbour(in, r, s, forward ? +1 : -1) >= 0)
+          st.produces[r][k] = (r * 2 + (forward ? 0 : 1)) * V + c.chunk;
       }
       st.ready_at[r] = in.length[r] > 0 && st.needs[r][0] == 0 ? 0 : never;
     }
     for (;;) {
       int best = -1, best_start = never, best_queue = -1;
-      for (int q = 0; q < 2 * P; ++q)
+      for (int q = 0; q < queues; ++q)
         if (st.transfer_at[q] < best_start) {
           best_queue = q;
           best_start = st.transfer_at[q];
@@ -160,18 +173,16 @@ constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, con
                           : c.op == Op::B ? costs.backward
                           : c.op == Op::I ? costs.input_grad
                                           : costs.weight_grad;
-        const int kind = st.produces[best][k];
-        if (kind >= 0) {
-          const int q = best * 2 + kind;
-          st.queue[q][st.tail[q]++] = k;
-        }
+        const int q = st.produces[best][k];
+        if (q >= 0) st.queue[q][st.tail[q]++] = k;
         touched[0] = best;
       } else if (best_queue >= 0) {
-        const int q = best_queue, a = q / 2, kind = q % 2, b = st.peer_of_queue[q];
+        const int q = best_queue, a = q / (2 * V), kind = (q / V) % 2, b = st.peer_of_queue[q];
         const Action& produced = in.actions[a][st.queue[q][st.head[q]++]];
         const int dst_stage = kind == 0 ? produced.stage + 1 : produced.stage - 1;
         emit(out, a, kind == 0 ? Op::SEND_F : Op::SEND_B, produced.micro_batch, produced.chunk, b);
-        emit(out, b, kind == 0 ? Op::RECV_F : Op::RECV_B, produced.micro_batch, dst_stage / P, a);
+        emit(out, b, kind == 0 ? Op::RECV_F : Op::RECV_B, produced.micro_batch,
+             in.chunk_of(dst_stage), a);
         st.clock[a] = best_start + costs.comm;
         st.clock[b] = best_start + costs.comm;
         st.received[kind * slots + dst_stage * M + produced.micro_batch] = 1;
@@ -183,16 +194,14 @@ constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, con
       for (int i = 0; i < 2; ++i) {
         const int r = touched[i];
         if (r < 0) continue;
-        // The rank's next compute, and the four queues whose transfer start depends on its clock.
+        // The rank's next compute, and the queues whose transfer start depends on its clock.
         const int k = st.pc[r];
         st.ready_at[r] =
             k < in.length[r] && (st.needs[r][k] == 0 || st.received[st.needs[r][k] - 1])
                 ? st.clock[r]
                 : never;
-        const int around[4] = {2 * r, 2 * r + 1, 2 * st.peer_of_queue[2 * r + 1],
-                               2 * st.peer_of_queue[2 * r] + 1};
-        for (int j = 0; j < 4; ++j) {
-          const int q = around[j], from = q / 2, to = st.peer_of_queue[q];
+        for (int j = 0; j < st.around_count[r]; ++j) {
+          const int q = st.around[r][j], from = q / (2 * V), to = st.peer_of_queue[q];
           st.transfer_at[q] = st.head[q] == st.tail[q]        ? never
                               : st.clock[from] > st.clock[to] ? st.clock[from]
                                                               : st.clock[to];

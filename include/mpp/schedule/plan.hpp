@@ -17,9 +17,9 @@
 // SEND posts an isend (keep the handle; wait for all of them before the step ends).
 #include <memory>
 
-#include "mpp/schedule/generators.hpp"
+#include "mpp/schedule/builtin.hpp"
+#include "mpp/schedule/concepts.hpp"
 #include "mpp/schedule/lowering.hpp"
-#include "mpp/schedule/policies.hpp"
 #include "mpp/schedule/verify.hpp"
 
 namespace mpp {
@@ -98,10 +98,7 @@ requires detail::has_comm_semantics<Comm>
 constexpr Plan plan_for(int ranks, const Costs& costs = {}) {
   Plan plan{};
   ScheduleTable compute{};
-  if constexpr (requires { Sched::spec; })
-    generate_into(compute, Sched::spec, ranks);
-  else
-    compute = Sched::table(ranks);
+  table_into<Sched>(compute, ranks);
   plan_into(plan, compute, Comm::semantics, costs);
   return plan;
 }
@@ -112,10 +109,7 @@ requires detail::has_comm_semantics<Comm>
 constexpr VerifyResult verify(int ranks, const Costs& costs = {}) {
   VerifyResult out{};
   ScheduleTable compute{};
-  if constexpr (requires { Sched::spec; })
-    generate_into(compute, Sched::spec, ranks);  // in place: no copy of a large table
-  else
-    compute = Sched::table(ranks);
+  table_into<Sched>(compute, ranks);  // in place when it can: no copy of a large table
   ScheduleTable lowered{};
   detail::lower_and_verify(lowered, out, compute, Comm::semantics, costs);
   return out;

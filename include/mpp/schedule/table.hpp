@@ -6,6 +6,7 @@
 
 #include "mpp/schedule/action.hpp"
 #include "mpp/schedule/comm_semantics.hpp"
+#include "mpp/schedule/placement.hpp"
 
 namespace mpp {
 
@@ -27,12 +28,13 @@ struct ScheduleError : std::invalid_argument {
 /// The actions of every rank of a pipeline, compute-only (what a schedule generates) or
 /// lowered (with SEND/RECV inserted for one comm semantics).
 ///
-/// Stage <-> rank map: stage = chunk * ranks + rank, rank = stage % ranks, chunk = stage / ranks.
+/// Stage <-> rank map: `placement` (see Placement); by default stage = chunk * ranks + rank.
 struct ScheduleTable {
-  int ranks = 0;            ///< P
-  int micro_batches = 0;    ///< M
-  int chunks_per_rank = 1;  ///< V
-  bool lowered = false;     ///< true once SEND/RECV are explicit (see lower())
+  int ranks = 0;                                 ///< P
+  int micro_batches = 0;                         ///< M
+  int chunks_per_rank = 1;                       ///< V
+  Placement placement = Placement::interleaved;  ///< which rank holds which stage
+  bool lowered = false;                          ///< true once SEND/RECV are explicit (see lower())
   CommSemantics semantics = CommSemantics::buffered;  ///< what the lowering ordered for
   FixedText error{};        ///< non-empty when the generator rejected its parameters
   int length[max_ranks]{};  ///< Actions in each rank's row.
@@ -44,11 +46,13 @@ struct ScheduleTable {
   /// Global stages, P * V.
   constexpr int stages() const { return ranks * chunks_per_rank; }
   /// The global stage of local `chunk` on `rank`.
-  constexpr int stage_of(int rank, int chunk) const { return chunk * ranks + rank; }
+  constexpr int stage_of(int rank, int chunk) const {
+    return mpp::stage_of(placement, ranks, rank, chunk);
+  }
   /// The rank that holds `stage`.
-  constexpr int rank_of(int stage) const { return stage % ranks; }
+  constexpr int rank_of(int stage) const { return mpp::rank_of(placement, ranks, stage); }
   /// The local chunk index of `stage` on its rank.
-  constexpr int chunk_of(int stage) const { return stage / ranks; }
+  constexpr int chunk_of(int stage) const { return mpp::chunk_of(placement, ranks, stage); }
   /// The number of actions in `rank`'s row.
   constexpr int size(int rank) const { return length[rank]; }
   /// `rank`'s row, in execution order.
@@ -76,7 +80,8 @@ struct ScheduleTable {
     if (a.stage < 0) a.stage = stage_of(rank, a.chunk);
     if (a.peer < 0 && is_comm(a.op)) {
       const bool towards_next = a.op == Op::SEND_F || a.op == Op::RECV_B;
-      a.peer = ((towards_next ? a.stage + 1 : a.stage - 1) % ranks + ranks) % ranks;
+      const int other = towards_next ? a.stage + 1 : a.stage - 1;
+      a.peer = other >= 0 && other < stages() ? rank_of(other) : ((other % ranks) + ranks) % ranks;
     }
     actions[rank][length[rank]++] = a;
   }
@@ -86,7 +91,7 @@ namespace detail {
 
 /// Appends without checks: for generators and lowering, whose capacity init_table() validated.
 constexpr void emit(ScheduleTable& t, int rank, Op op, int micro_batch, int chunk, int peer = -1) {
-  t.actions[rank][t.length[rank]++] = Action{op, micro_batch, chunk, chunk * t.ranks + rank, peer};
+  t.actions[rank][t.length[rank]++] = Action{op, micro_batch, chunk, t.stage_of(rank, chunk), peer};
 }
 
 /// Validates (P, M, V) against the limits and prepares an empty table. `actions_per_unit` is the

@@ -12,9 +12,9 @@ namespace mpp {
 
 /// The rules a table must satisfy, in the order the verifier checks them.
 enum class Rule {
-  none,           ///< No rule broken.
-  parameters,     ///< the generator rejected (P, M, V), or capacity exceeded
-  stage_map,      ///< micro-batch/chunk in range and stage == chunk * ranks + rank
+  none,        ///< No rule broken.
+  parameters,  ///< the generator rejected (P, M, V), or capacity exceeded
+  stage_map,   ///< micro-batch/chunk in range and stage == the placement's stage of (rank, chunk)
   comm_endpoint,  ///< a SEND/RECV goes to the neighbouring stage's rank and exists there
   /// every (stage, mb): F once, backward once (B, or I then W), one send, one receive
   exactly_once,
@@ -75,6 +75,13 @@ struct VerifyResult {
   int busy[max_ranks]{};   ///< Compute time of each rank.
   /// Peak (stage, mb) pairs forwarded but not yet fully backwarded, per rank.
   int peak_in_flight[max_ranks]{};
+  int first_start[max_ranks]{};  ///< When each rank's first compute starts.
+  int finish[max_ranks]{};       ///< When each rank's last action (or last send) completes.
+
+  /// Idle time of `rank` between its own first compute and its own end: the bubble a pipeline
+  /// has when consecutive steps overlap (each rank starts its next step as soon as its own
+  /// optimizer step is done, as zero-bubble schedules assume).
+  constexpr int span_idle(int rank) const { return finish[rank] - first_start[rank] - busy[rank]; }
 
   /// True when the table is sound (same as `ok`).
   constexpr explicit operator bool() const { return ok; }
@@ -158,7 +165,7 @@ struct Ledger {
   int send_f_step[max_slots], send_f_seq[max_slots], send_b_step[max_slots], send_b_seq[max_slots];
   int channel_seq[max_ranks * max_ranks * 4];  // [sender][receiver][kind][send|recv]
   // Replay.
-  int clock[max_ranks], pc[max_ranks], finish[max_ranks], seen[max_ranks];
+  int clock[max_ranks], pc[max_ranks], finish[max_ranks], seen[max_ranks], started[max_ranks];
   int forward_end[max_slots], backward_end[max_slots];
   int arrival_f[max_slots],
       arrival_b[max_slots];  // input of F / output grad of B,I is on its rank at
@@ -181,10 +188,10 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
         out.message << "micro-batch must be in [0, " << M << ") and chunk in [0, " << V << ")";
         return false;
       }
-      if (s != a.chunk * P + r) {
+      if (s != t.stage_of(r, a.chunk)) {
         reject(out, Rule::stage_map, r, k, a);
-        out.message << "chunk " << a.chunk << " on rank " << r << " is stage " << a.chunk * P + r
-                    << " (stage = chunk * ranks + rank)";
+        out.message << "chunk " << a.chunk << " on rank " << r << " is stage "
+                    << t.stage_of(r, a.chunk) << " (" << to_string(t.placement) << " placement)";
         return false;
       }
       const int id = s * M + mb;
@@ -203,10 +210,11 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
                       << " stage to talk to";
           return false;
         }
-        if (a.peer != other % P || a.peer == r) {
+        if (a.peer != t.rank_of(other) || a.peer == r) {
           reject(out, Rule::comm_endpoint, r, k, a);
-          out.message << "stage " << other << " lives on rank " << other % P << ", not on rank "
-                      << a.peer << (a.peer == r ? " (a rank does not message itself)" : "");
+          out.message << "stage " << other << " lives on rank " << t.rank_of(other)
+                      << ", not on rank " << a.peer
+                      << (a.peer == r ? " (a rank does not message itself)" : "");
           return false;
         }
         if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
@@ -261,7 +269,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
           return false;
         }
         if (s > 0) {
-          if ((s - 1) % P == r) {
+          if (t.rank_of(s - 1) == r) {
             if (L.forward_step[id - M] == 0) {
               reject(out, Rule::dependency_order, r, k, a);
               out.message << "F(stage " << s - 1 << ", mb " << mb
@@ -305,7 +313,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
           return false;
         }
         if (s < S - 1) {
-          if ((s + 1) % P == r) {
+          if (t.rank_of(s + 1) == r) {
             if (L.backward_kind[id + M] == 0) {
               reject(out, Rule::dependency_order, r, k, a);
               out.message << "the backward of (stage " << s + 1 << ", mb " << mb
@@ -335,10 +343,10 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
 
 /// Every (stage, mb) has its F, its backward and (after I) its W somewhere.
 constexpr bool check_complete(const ScheduleTable& t, const Ledger& L, VerifyResult& out) {
-  const int P = t.ranks, M = t.micro_batches, slots = t.stages() * M;
+  const int M = t.micro_batches, slots = t.stages() * M;
   for (int id = 0; id < slots; ++id) {
     if (L.forward_step[id] != 0 && L.backward_kind[id] != 0 && L.weight_done[id] != 0) continue;
-    const int s = id / M, mb = id % M, r = s % P, c = s / P;
+    const int s = id / M, mb = id % M, r = t.rank_of(s), c = t.chunk_of(s);
     if (L.forward_step[id] == 0) {
       reject(out, Rule::exactly_once, r, t.length[r], Action{Op::F, mb, c, s, -1});
       out.message << "rank " << r << " never runs F(stage " << s << ", mb " << mb << "); add it";
@@ -358,7 +366,7 @@ constexpr bool check_complete(const ScheduleTable& t, const Ledger& L, VerifyRes
 
 /// Sends and receives pair up channel by channel (sender, receiver, F or B), in order.
 constexpr bool check_matching(const ScheduleTable& t, const Ledger& L, VerifyResult& out) {
-  const int P = t.ranks, M = t.micro_batches, slots = t.stages() * M;
+  const int M = t.micro_batches, slots = t.stages() * M;
   for (int kind = 0; kind < 2; ++kind) {
     const bool fwd = kind == 0;
     for (int id = 0; id < slots; ++id) {
@@ -370,9 +378,10 @@ constexpr bool check_matching(const ScheduleTable& t, const Ledger& L, VerifyRes
       if (send_step != 0 && recv_step != 0 && send_seq == recv_seq) continue;
       const int s = id / M, mb = id % M;
       const int src_stage = fwd ? s - 1 : s + 1;
-      const int sender = src_stage % P, receiver = s % P;
-      const Action recv{fwd ? Op::RECV_F : Op::RECV_B, mb, s / P, s, sender};
-      const Action send{fwd ? Op::SEND_F : Op::SEND_B, mb, src_stage / P, src_stage, receiver};
+      const int sender = t.rank_of(src_stage), receiver = t.rank_of(s);
+      const Action recv{fwd ? Op::RECV_F : Op::RECV_B, mb, t.chunk_of(s), s, sender};
+      const Action send{fwd ? Op::SEND_F : Op::SEND_B, mb, t.chunk_of(src_stage), src_stage,
+                        receiver};
       if (send_step == 0) {
         reject(out, Rule::matched_messages, receiver, recv_step - 1, recv);
         out.message << "rank " << sender << " never sends it; add " << to_string(send.op)
@@ -419,7 +428,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
           int ready = L.clock[r];
           if (op == Op::F && s > 0) {
             int dep;
-            if ((s - 1) % P == r)
+            if (t.rank_of(s - 1) == r)
               dep = L.forward_end[id - M];
             else if (lowered)
               dep = L.arrival_f[id];
@@ -429,7 +438,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
             if (dep - 1 > ready) ready = dep - 1;
           } else if ((op == Op::B || op == Op::I) && s < S - 1) {
             int dep;
-            if ((s + 1) % P == r)
+            if (t.rank_of(s + 1) == r)
               dep = L.backward_end[id + M];
             else if (lowered)
               dep = L.arrival_b[id];
@@ -447,6 +456,10 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
             L.forward_end[id] = end + 1;
           else if (op != Op::W)
             L.backward_end[id] = end + 1;
+          if (out.busy[r] == 0 && L.started[r] == 0) {
+            out.first_start[r] = ready;
+            L.started[r] = 1;
+          }
           out.busy[r] += cost;
           L.clock[r] = end;
           if (sink) sink->add(r, ready, end, a);
@@ -507,8 +520,8 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
     // reaches a rank that finished without providing what is awaited.
     auto waits_for = [&](int r) {
       const Action& a = t.actions[r][L.pc[r]];
-      if (a.op == Op::F) return (a.stage - 1 + P) % P;
-      if (is_backward(a.op)) return (a.stage + 1) % P;
+      if (a.op == Op::F) return a.stage > 0 ? t.rank_of(a.stage - 1) : r;
+      if (is_backward(a.op)) return a.stage < S - 1 ? t.rank_of(a.stage + 1) : r;
       return a.peer >= 0 && a.peer < P ? a.peer : r;
     };
     int first = 0;
@@ -546,13 +559,13 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
   if (lowered && !rendezvous) {
     for (int id = 0; id < slots; ++id) {
       if (L.sent_f[id] != 0) {
-        const int r = (id / M - 1) % P;
+        const int r = t.rank_of(id / M - 1);
         int done = L.sent_f[id] - 1 + comm;
         if (L.posted_f[id] - 1 > done) done = L.posted_f[id] - 1;
         if (done > L.finish[r]) L.finish[r] = done;
       }
       if (L.sent_b[id] != 0) {
-        const int r = (id / M + 1) % P;
+        const int r = t.rank_of(id / M + 1);
         int done = L.sent_b[id] - 1 + comm;
         if (L.posted_b[id] - 1 > done) done = L.posted_b[id] - 1;
         if (done > L.finish[r]) L.finish[r] = done;
@@ -562,6 +575,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
   out.makespan = 0;
   out.total_busy = 0;
   for (int r = 0; r < P; ++r) {
+    out.finish[r] = L.finish[r];
     if (L.finish[r] > out.makespan) out.makespan = L.finish[r];
     out.total_busy += out.busy[r];
   }

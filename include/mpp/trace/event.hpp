@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mpp/schedule/action.hpp"
+#include "mpp/schedule/placement.hpp"
 
 namespace mpp::trace {
 
@@ -69,7 +70,8 @@ struct Event {
 
 /// One rank's step: its events, how long it took, and what it held.
 struct RankTrace {
-  int rank = 0;               ///< The rank that recorded it.
+  int rank = 0;                                  ///< The rank that recorded it.
+  Placement placement = Placement::interleaved;  ///< which stage each of its chunks is
   double start_us = 0.0;      ///< the step's start on the machine's monotonic clock (aligns ranks)
   double step_us = 0.0;       ///< How long the step took on this rank, in microseconds.
   std::vector<Event> events;  ///< In the order they were recorded.

@@ -17,9 +17,11 @@ class Recorder {
 
   /// Starts a new step of `rank`, dropping the previous trace; `expected_events` reserves room
   /// so that recording does not allocate.
-  void begin_step(int rank, std::size_t expected_events) {
+  void begin_step(int rank, std::size_t expected_events,
+                  Placement placement = Placement::interleaved) {
     trace_ = RankTrace{};
     trace_.rank = rank;
+    trace_.placement = placement;
     trace_.events.reserve(expected_events);
     start_ = clock::now();
     trace_.start_us = std::chrono::duration<double, std::micro>(start_.time_since_epoch()).count();

@@ -43,12 +43,13 @@ inline double message_latency_us(std::span<const RankTrace> traces) {
     for (const auto& wait : receiver.events) {
       if (wait.kind != EventKind::recv_wait || wait.peer < 0 || wait.peer >= P) continue;
       const bool forward = wait.op == Op::RECV_F;
-      const int stage = wait.chunk * P + receiver.rank;
+      const int stage = stage_of(receiver.placement, P, receiver.rank, wait.chunk);
       const int from_stage = forward ? stage - 1 : stage + 1;
       const auto& sender = traces[static_cast<std::size_t>(wait.peer)];
       for (const auto& send : sender.events) {
         if (send.kind != EventKind::send || send.op != (forward ? Op::SEND_F : Op::SEND_B) ||
-            send.micro_batch != wait.micro_batch || send.chunk * P + sender.rank != from_stage)
+            send.micro_batch != wait.micro_batch ||
+            stage_of(sender.placement, P, sender.rank, send.chunk) != from_stage)
           continue;
         const double send_begin = sender.start_us + send.begin_us;
         const double send_end = sender.start_us + send.end_us;
@@ -179,7 +180,7 @@ inline std::vector<TimedEvent> timed_events(std::span<const RankTrace> traces, b
       te.op = e.op;
       te.micro_batch = e.micro_batch;
       te.chunk = e.chunk;
-      te.stage = e.chunk * static_cast<int>(traces.size()) + t.rank;
+      te.stage = stage_of(t.placement, static_cast<int>(traces.size()), t.rank, e.chunk);
       out.push_back(te);
     }
   }

@@ -1,4 +1,0 @@
-// GPipe<4>: every comm policy x partition x Recompute at 2 and 4 stages equals the monolith.
-#include "equivalence.hpp"
-
-MPP_PIPELINE_EQUIVALENCE("GPipe<4>", mpp::GPipe<4>)
