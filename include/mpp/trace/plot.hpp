@@ -467,8 +467,8 @@ inline std::string render_lanes(std::span<const std::string> lanes, std::span<co
 struct TimelineOptions {
   std::string title;     ///< Drawn above the timeline; empty for none.
   std::string subtitle;  ///< Drawn under the title; empty for none.
-  /// The unit of the events' times, named on the time axis. "us" (a measured trace) is shown
-  /// in microseconds, or in milliseconds when the timeline lasts 10 ms or more.
+  /// The unit of the events' times, named on the time axis ("us", a measured trace, is written
+  /// µs; the labs' titles say "microseconds", so the axis keeps that unit for long steps too).
   std::string unit = "us";
   double width = 960;   ///< Pixels.
   int row_height = 26;  ///< Pixels per rank row.
@@ -499,18 +499,12 @@ inline std::string render_timeline(std::span<const TimedEvent> events,
     end = std::max(end, e.end);
   }
   const bool chunks = max_chunk > 0;
-  // The axis in the unit it is labelled in.
-  double scale = 1;
-  std::string unit = o.unit;
-  if (unit == "us") {
-    unit = "\xC2\xB5s";  // µs
-    if (end >= 10000) scale = 1e-3, unit = "ms";
-  }
-  const auto axis = detail::Axis::fit(0, end > 0 ? end * scale : 1, false, true);
+  const std::string unit = o.unit == "us" ? "\xC2\xB5s" : o.unit;  // µs
+  const auto axis = detail::Axis::fit(0, end > 0 ? end : 1, false, true);
   const double left = 64, top = o.title.empty() ? 12 : (o.subtitle.empty() ? 34 : 50);
   const double right = o.width - 16, row = o.row_height;
   const double bottom = top + row * ranks;
-  auto px = [&](double t) { return axis.map(t * scale, left, right); };
+  auto px = [&](double t) { return axis.map(t, left, right); };
 
   // The kinds drawn, in a fixed order (F, B, I, W by chunk, then transfers), with their colours.
   struct Kind {
@@ -590,16 +584,15 @@ inline std::string render_timeline(std::span<const TimedEvent> events,
     const double x0 = px(e.start), x1 = px(e.end), w = std::max(0.5, x1 - x0);
     const double y = top + row * e.rank + 2;
     const std::string label = mpp::detail::event_label(e, chunks);
-    std::snprintf(buf, sizeof buf,
-                  "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
-                  "fill-opacity=\"%.2f\" stroke=\"white\" stroke-width=\"0.6\" data-kind=\"%s\">"
-                  "<title>rank %d %s: stage %d, micro-batch %d, chunk %d, [%s, %s) %s</title>"
-                  "</rect>\n",
-                  x0, y, w, row - 4, k.fill.c_str(), k.opacity,
-                  mpp::detail::xml_escape(k.name).c_str(), e.rank,
-                  std::string(to_string(e.op)).c_str(), e.stage, e.micro_batch, e.chunk,
-                  detail::tick_label(e.start * scale).c_str(),
-                  detail::tick_label(e.end * scale).c_str(), unit.c_str());
+    std::snprintf(
+        buf, sizeof buf,
+        "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
+        "fill-opacity=\"%.2f\" stroke=\"white\" stroke-width=\"0.6\" data-kind=\"%s\">"
+        "<title>rank %d %s: stage %d, micro-batch %d, chunk %d, [%s, %s) %s</title>"
+        "</rect>\n",
+        x0, y, w, row - 4, k.fill.c_str(), k.opacity, mpp::detail::xml_escape(k.name).c_str(),
+        e.rank, std::string(to_string(e.op)).c_str(), e.stage, e.micro_batch, e.chunk,
+        detail::tick_label(e.start).c_str(), detail::tick_label(e.end).c_str(), unit.c_str());
     out += buf;
     const std::string shown = is_compute(e.op) ? label.substr(1) : label;
     if (w >= 6.5 * static_cast<double>(shown.size()))

@@ -203,8 +203,8 @@ inline std::string ascii_timeline(std::span<const RankTrace> traces,
 
 /// The measured timeline as SVG, in the colours of a predicted one (mpp-schedule --svg): compute
 /// boxes F/B/I/W (a recompute as part of its backward) and, in grey, sends and time blocked on a
-/// receive, on a time axis in microseconds (milliseconds from 10 ms) from the earliest rank's
-/// step start; the legend names the kinds of box drawn (render_timeline()).
+/// receive, on a time axis in microseconds from the earliest rank's step start; the legend
+/// names the kinds of box drawn (render_timeline()).
 inline std::string svg_timeline(std::span<const RankTrace> traces, const SvgOptions& options = {}) {
   const auto events = timed_events(traces, /*comm=*/true);
   return render_timeline(events, {.title = options.title,
