@@ -52,22 +52,25 @@ run() {
 # flat JSON object beside the figure it drew, for the chapters' tied numbers (`<!-- value: ... -->`,
 # tools/docs/mpp-docs check). FORMAT is what the lab prints:
 #   pipeline  the pipeline labs: per schedule S (naive, gpipe, 1f1b, interleaved, zb-h1,
-#             recompute+1f1b) step_ms[S], samples_per_s[S], bubble_pct[S], predicted_pct[S],
-#             predicted_with_messages_pct[S], message_us[S], rank<r>_bubble_pct[S],
+#             recompute+1f1b) step_ms[S], samples_per_s[S], bubble_pct[S], predicted_pct[S] (unit
+#             costs), predicted_measured_costs_pct[S], predicted_with_messages_pct[S], message_us[S], rank<r>_bubble_pct[S],
 #             rank<r>_peak_kib[S], rank<r>_peak_mib[S], rank<r>_in_flight[S];
 #             utilisation_pct[rank <r>] and utilisation_pct[pipeline] (lab 06); lab 07's table per M:
 #             bubble_pct[M=<m>], predicted_pct[M=<m>], predicted_with_latency_pct[M=<m>],
 #             samples_per_s[M=<m>], rank0_peak_kib[M=<m>], rank0_peak_mib[M=<m>], in_flight[M=<m>]
 #   pingpong  lab 03's table per size Z ("4 B", "1 MiB"): median_us[Z], best_us[Z], median_ms[Z],
 #             best_ms[Z], median_mbps[Z], best_mbps[Z], median_gbps[Z], best_gbps[Z]; and over the
-#             sizes up to 16 KiB, best_us_min[<=16 KiB] and best_us_max[<=16 KiB]
+#             sizes up to 16 KiB, best_us_min[<=16 KiB], best_us_max[<=16 KiB], best_us_median[<=16 KiB]
+# Every file also holds load_average: the 1-minute load average of the machine when the run ended.
 # Fails naming the log when the run printed none of what FORMAT expects.
 values() {
   local format=$1 name=$2 group=$3 json=$4
   { printf '{\n  "remake": "tools/docs/mpp-docs figures --only %s",\n' "$group"
     printf '  "command": "%s",\n' "$(sed 's/[\\"]/\\&/g' "$logs/$name.cmd")"
     printf '  "log": "build/release/figure-logs/%s.log",\n' "$name"
-    printf '  "date": "%s"' "$(date -u +%Y-%m-%dT%H:%MZ)"
+    printf '  "date": "%s",\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
+    # How busy the machine was: what else ran shows in every measured number.
+    printf '  "load_average": %s' "$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
     awk -v format="$format" '
       function put(key, v) { printf ",\n  \"%s\": %s", key, v + 0; ++n }
       function kib(v, u) { return u ~ /^MiB/ ? v * 1024 : v }
@@ -94,6 +97,7 @@ values() {
       }
       format == "pipeline" && s != "" && /^ *bubble measured / {
         put("bubble_pct[" s "]", $3); put("predicted_pct[" s "]", $5)
+        if ($9 ~ /^[0-9.]+%$/) put("predicted_measured_costs_pct[" s "]", $9)
         next
       }
       format == "pipeline" && s != "" && /with the measured .* per message/ {
@@ -128,13 +132,19 @@ values() {
         put("median_mbps" z, $6); put("best_mbps" z, $7); put("median_gbps" z, $6 / 1000); put("best_gbps" z, $7 / 1000)
         bytes = $1 * ($2 == "KiB" ? 1024 : $2 == "MiB" ? 1048576 : $2 == "GiB" ? 1073741824 : 1)
         if (bytes <= 16384) {
-          if (lo == "" || $5 < lo) lo = $5
-          if (hi == "" || $5 > hi) hi = $5
+          small[++smalls] = $5 + 0
+          if (lo == "" || $5 + 0 < lo) lo = $5 + 0
+          if (hi == "" || $5 + 0 > hi) hi = $5 + 0
         }
         next
       }
       END {
-        if (lo != "") { put("best_us_min[<=16 KiB]", lo); put("best_us_max[<=16 KiB]", hi) }
+        if (lo != "") {
+          for (i = 2; i <= smalls; ++i)  # insertion sort, for the median
+            for (j = i; j > 1 && small[j - 1] > small[j]; --j) { t = small[j]; small[j] = small[j - 1]; small[j - 1] = t }
+          put("best_us_min[<=16 KiB]", lo); put("best_us_max[<=16 KiB]", hi)
+          put("best_us_median[<=16 KiB]", smalls % 2 ? small[(smalls + 1) / 2] : (small[smalls / 2] + small[smalls / 2 + 1]) / 2)
+        }
         if (n == 0) exit 1
       }' "$logs/$name.log" || { echo "figures: $logs/$name.log holds none of the $format numbers" >&2; exit 1; }
     printf '\n}\n'; } >"$json.tmp"
@@ -180,6 +190,10 @@ if wanted pipeline; then
   for s in naive gpipe 1f1b interleaved zb-h1 recompute; do
     values pipeline "pipeline_measured_${s}_p2" pipeline "$out/pipeline/measured_${s}_p2.json"
   done
+  # Lab 07's table as it printed it, for chapter 07 to quote (<!-- quote ... -->) next to the plot.
+  sed -n 's/^\[rank0\]: \( *\(M\|[0-9][0-9]*\) |.*\)$/\1/p' "$logs/pipeline_measured_gpipe_p2.log" \
+    >"$out/pipeline/measured_gpipe_p2.txt"
+  [[ -s $out/pipeline/measured_gpipe_p2.txt ]] || { echo "figures: lab 07 printed no table" >&2; exit 1; }
 fi
 
 if wanted monolith; then
