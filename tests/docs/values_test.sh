@@ -67,8 +67,10 @@ check_has "$repo" "changed number" \
   "docs/01-one.md:3: the text says 14.6 % but docs/figures/lab/run.json bubble_pct[M=8] is 14.46, which is 14.5 % at 1 decimal(s) (remade by tools/docs/mpp-docs figures --only lab)"
 chapter 14.5 "1 700" 212
 check_has "$repo" "grouped digits" "docs/01-one.md:3: the text says 1 700 samples/s but" "which is 1 694 samples/s"
-# update rewrites the numbers (keeping the grouping and the decimals) and then the check passes.
-chapter 10.0 "2 000" 1
+chapter 14.5 1694 212   # four digits or more are written grouped
+check_has "$repo" "ungrouped digits" "docs/01-one.md:3: the text says 1694 samples/s but" "which is 1 694 samples/s"
+# update rewrites the numbers (keeping the decimals, grouping digits) and then the check passes.
+chapter 10.0 2000 1
 "$tool" update --root "$repo" "$repo/docs/01-one.md" >/dev/null || fail "update failed"
 grep -qF 'The bubble is 14.5 %<!-- value: lab/run.json bubble_pct[M=8] --> at 1 694 samples/s<!--' "$repo/docs/01-one.md" ||
   { fail "update did not rewrite the numbers"; cat "$repo/docs/01-one.md" >&2; }
