@@ -42,7 +42,115 @@ binary() {
 logs=$build/figure-logs  # what each run printed, to quote its numbers in the chapters
 mkdir -p "$logs"
 log_name=run
-run() { echo "+ $*" >&2; "$@" 2>&1 | tee "$logs/$log_name.log"; }
+run() {
+  echo "+ $*" >&2
+  echo "$*" | sed "s|$root/||g" >"$logs/$log_name.cmd"
+  "$@" 2>&1 | tee "$logs/$log_name.log"
+}
+
+# values FORMAT LOG_NAME GROUP JSON: the numbers the run LOG_NAME printed (rank 0's lines), as a
+# flat JSON object beside the figure it drew, for the chapters' tied numbers (`<!-- value: ... -->`,
+# tools/docs/mpp-docs check). FORMAT is what the lab prints:
+#   pipeline  the pipeline labs: per schedule S (naive, gpipe, 1f1b, interleaved, zb-h1,
+#             recompute+1f1b) step_ms[S], samples_per_s[S], bubble_pct[S], predicted_pct[S] (unit
+#             costs), predicted_measured_costs_pct[S], predicted_with_messages_pct[S], message_us[S], rank<r>_bubble_pct[S],
+#             rank<r>_peak_kib[S], rank<r>_peak_mib[S], rank<r>_in_flight[S];
+#             utilisation_pct[rank <r>] and utilisation_pct[pipeline] (lab 06); lab 07's table per M:
+#             bubble_pct[M=<m>], predicted_pct[M=<m>], predicted_with_latency_pct[M=<m>],
+#             samples_per_s[M=<m>], rank0_peak_kib[M=<m>], rank0_peak_mib[M=<m>], in_flight[M=<m>]
+#   pingpong  lab 03's table per size Z ("4 B", "1 MiB"): median_us[Z], best_us[Z], median_ms[Z],
+#             best_ms[Z], median_mbps[Z], best_mbps[Z], median_gbps[Z], best_gbps[Z]; and over the
+#             sizes up to 16 KiB, best_us_min[<=16 KiB], best_us_max[<=16 KiB], best_us_median[<=16 KiB]
+# Every file also holds load_average: the 1-minute load average of the machine when the run ended.
+# Fails naming the log when the run printed none of what FORMAT expects.
+values() {
+  local format=$1 name=$2 group=$3 json=$4
+  { printf '{\n  "remake": "tools/docs/mpp-docs figures --only %s",\n' "$group"
+    printf '  "command": "%s",\n' "$(sed 's/[\\"]/\\&/g' "$logs/$name.cmd")"
+    printf '  "log": "build/release/figure-logs/%s.log",\n' "$name"
+    printf '  "date": "%s",\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
+    # How busy the machine was: what else ran shows in every measured number.
+    printf '  "load_average": %s' "$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
+    awk -v format="$format" '
+      function put(key, v) { printf ",\n  \"%s\": %s", key, v + 0; ++n }
+      function kib(v, u) { return u ~ /^MiB/ ? v * 1024 : v }
+      function id(type,    s) {  # Pipeline<Uniform<2>, GPipe<8>, Async<Shm>> -> gpipe
+        s = type; sub(/^Pipeline</, "", s)
+        r = (s ~ /^Recompute</) ? "recompute+" : ""
+        sub(/^[^,]*, */, "", s); sub(/[<,].*$/, "", s)
+        if (s == "Naive") return r "naive"
+        if (s == "GPipe") return r "gpipe"
+        if (s == "OneFOneB") return r "1f1b"
+        if (s == "Interleaved1F1B") return r "interleaved"
+        if (s == "ZeroBubbleH1") return r "zb-h1"
+        return r tolower(s)
+      }
+      !/^\[rank0\]: / { next }
+      { sub(/^\[rank0\]: /, "") }
+      format == "pipeline" && /^Pipeline</ { s = id($0); next }
+      format == "pipeline" && s != "" && / ms\/step, / {
+        for (i = 1; i <= NF; ++i) {
+          if ($(i + 1) == "ms/step,") put("step_ms[" s "]", $i)
+          if ($(i + 1) == "samples/s") put("samples_per_s[" s "]", $i)
+        }
+        next
+      }
+      format == "pipeline" && s != "" && /^ *bubble measured / {
+        put("bubble_pct[" s "]", $3); put("predicted_pct[" s "]", $5)
+        if ($9 ~ /^[0-9.]+%$/) put("predicted_measured_costs_pct[" s "]", $9)
+        next
+      }
+      format == "pipeline" && s != "" && /with the measured .* per message/ {
+        put("message_us[" s "]", $4); put("predicted_with_messages_pct[" s "]", $NF)
+        next
+      }
+      format == "pipeline" && s != "" && /^ *rank [0-9]+: bubble / {
+        r = $2; sub(/:$/, "", r)
+        put("rank" r "_bubble_pct[" s "]", $4)
+        put("rank" r "_peak_kib[" s "]", kib($7, $8)); put("rank" r "_peak_mib[" s "]", kib($7, $8) / 1024)
+        put("rank" r "_in_flight[" s "]", $9)
+        next
+      }
+      format == "pipeline" && /^Utilisation/ { util = 1; s = ""; next }
+      format == "pipeline" && util && /^ *(rank [0-9]+|pipeline): [0-9.]+%/ {
+        k = $0; sub(/^ */, "", k); sub(/:.*$/, "", k)
+        v = $0; sub(/^[^:]*: */, "", v); sub(/%.*$/, "", v)
+        put("utilisation_pct[" k "]", v)
+        next
+      }
+      format == "pipeline" && /^ *[0-9]+ \| / {  # lab 07: M | bubble | predicted | +latency | samples/s | peak | in flight
+        gsub(/[|%]/, " ")
+        m = "[M=" $1 "]"
+        put("bubble_pct" m, $2); put("predicted_pct" m, $3); put("predicted_with_latency_pct" m, $4)
+        put("samples_per_s" m, $5); put("rank0_peak_kib" m, kib($6, $7))
+        put("rank0_peak_mib" m, kib($6, $7) / 1024); put("in_flight" m, $8)
+        next
+      }
+      format == "pingpong" && /^ *[0-9]+ (B|KiB|MiB|GiB) +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ *$/ {
+        z = "[" $1 " " $2 "]"
+        put("median_us" z, $4); put("best_us" z, $5); put("median_ms" z, $4 / 1000); put("best_ms" z, $5 / 1000)
+        put("median_mbps" z, $6); put("best_mbps" z, $7); put("median_gbps" z, $6 / 1000); put("best_gbps" z, $7 / 1000)
+        bytes = $1 * ($2 == "KiB" ? 1024 : $2 == "MiB" ? 1048576 : $2 == "GiB" ? 1073741824 : 1)
+        if (bytes <= 16384) {
+          small[++smalls] = $5 + 0
+          if (lo == "" || $5 + 0 < lo) lo = $5 + 0
+          if (hi == "" || $5 + 0 > hi) hi = $5 + 0
+        }
+        next
+      }
+      END {
+        if (lo != "") {
+          for (i = 2; i <= smalls; ++i)  # insertion sort, for the median
+            for (j = i; j > 1 && small[j - 1] > small[j]; --j) { t = small[j]; small[j] = small[j - 1]; small[j - 1] = t }
+          put("best_us_min[<=16 KiB]", lo); put("best_us_max[<=16 KiB]", hi)
+          put("best_us_median[<=16 KiB]", smalls % 2 ? small[(smalls + 1) / 2] : (small[smalls / 2] + small[smalls / 2 + 1]) / 2)
+        }
+        if (n == 0) exit 1
+      }' "$logs/$name.log" || { echo "figures: $logs/$name.log holds none of the $format numbers" >&2; exit 1; }
+    printf '\n}\n'; } >"$json.tmp"
+  mv "$json.tmp" "$json"
+  echo "figures: values of $name in ${json#"$root"/}" >&2
+}
 ranks() {  # ranks N PROGRAM ARGS...: the program on N ranks, one thread each, bounded in time
   local n=$1; shift
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 run "$(binary tools/mpprun/mpprun)" --nproc-per-node "$n" \
@@ -79,6 +187,13 @@ if wanted pipeline; then
   log_name=pipeline_measured_interleaved_p2 ranks 2 "$(binary examples/09_interleaved_zero_bubble/interleaved)" "${args[@]}" --svg "$out/pipeline/measured_interleaved_p2.svg"
   log_name=pipeline_measured_zb-h1_p2 ranks 2 "$(binary examples/09_interleaved_zero_bubble/zero_bubble)" "${args[@]}" --svg "$out/pipeline/measured_zb-h1_p2.svg"
   log_name=pipeline_measured_recompute_p2 ranks 2 "$(binary examples/10_recompute/recompute)" "${args[@]}" --svg "$out/pipeline/measured_recompute_p2.svg"
+  for s in naive gpipe 1f1b interleaved zb-h1 recompute; do
+    values pipeline "pipeline_measured_${s}_p2" pipeline "$out/pipeline/measured_${s}_p2.json"
+  done
+  # Lab 07's table as it printed it, for chapter 07 to quote (<!-- quote ... -->) next to the plot.
+  sed -n 's/^\[rank0\]: \( *\(M\|[0-9][0-9]*\) |.*\)$/\1/p' "$logs/pipeline_measured_gpipe_p2.log" \
+    >"$out/pipeline/measured_gpipe_p2.txt"
+  [[ -s $out/pipeline/measured_gpipe_p2.txt ]] || { echo "figures: lab 07 printed no table" >&2; exit 1; }
 fi
 
 if wanted monolith; then
@@ -89,6 +204,7 @@ fi
 if wanted pingpong; then
   mkdir -p "$out/basics"
   log_name=basics_pingpong ranks 2 "$(binary examples/03_pingpong/pingpong)" --svg "$out/basics/pingpong.svg"
+  values pingpong basics_pingpong pingpong "$out/basics/pingpong.json"
 fi
 
 if wanted memory_wall; then

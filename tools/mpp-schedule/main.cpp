@@ -15,6 +15,7 @@
 #include <string>
 
 #include "mpp/schedule.hpp"
+#include "mpp/trace/plot.hpp"  // render_timeline: the measured timelines' renderer
 
 namespace {
 
@@ -135,7 +136,10 @@ int main(int argc, char** argv) {
         std::cout << '\n';
       }
     if (!svg_path.empty())
-      write_file(svg_path, mpp::render_svg(events, {title.empty() ? label : title, figures}));
+      write_file(svg_path,
+                 mpp::trace::render_timeline(events, {.title = title.empty() ? label : title,
+                                                      .subtitle = figures,
+                                                      .unit = "cost units"}));
     if (!json_path.empty()) write_file(json_path, mpp::render_chrome_trace(events));
     if (!csv_path.empty()) write_file(csv_path, mpp::to_action_csv(plan->table));
   } catch (const std::exception& e) {

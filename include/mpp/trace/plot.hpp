@@ -140,7 +140,7 @@ inline bool usable(double v, bool log) { return std::isfinite(v) && (!log || v >
 
 inline void text(std::string& out, double x, double y, const std::string& s,
                  const char* anchor = "start", const char* extra = "") {
-  char buf[160];
+  char buf[512];
   std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s>", x, y, anchor,
                 extra);
   out += buf;
@@ -222,28 +222,60 @@ inline void references(std::string& out, const Axis& y, double left, double righ
   }
 }
 
-inline void legend(std::string& out, const std::vector<std::pair<std::string, std::string>>& items,
-                   double right, double top) {
-  if (items.empty()) return;
-  char buf[256];
+/// Width and height of a legend box for `items`.
+inline std::pair<double, double> legend_size(
+    const std::vector<std::pair<std::string, std::string>>& items) {
   std::size_t longest = 0;
   for (const auto& item : items) longest = std::max(longest, item.first.size());
-  const double w = 28 + 6.2 * static_cast<double>(longest);
-  const double x = right - w - 6;
+  return {28 + 6.2 * static_cast<double>(longest), 16.0 * static_cast<double>(items.size()) + 6};
+}
+
+/// Draws the legend box with its top-left corner at (x, y).
+inline void legend_at(std::string& out,
+                      const std::vector<std::pair<std::string, std::string>>& items, double x,
+                      double y) {
+  if (items.empty()) return;
+  char buf[256];
+  const auto [w, h] = legend_size(items);
   std::snprintf(buf, sizeof buf,
                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"white\" "
                 "fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n",
-                x, top + 6, w, 16.0 * static_cast<double>(items.size()) + 6);
+                x, y, w, h);
   out += buf;
-  double y = top + 10;
+  double row = y + 4;
   for (const auto& [name, fill] : items) {
     std::snprintf(buf, sizeof buf,
                   "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>\n", x + 6,
-                  y, fill.c_str());
+                  row, fill.c_str());
     out += buf;
-    text(out, x + 22, y + 9, name);
-    y += 16;
+    text(out, x + 22, row + 9, name, "start",
+         (" data-legend=\"" + mpp::detail::xml_escape(name) + "\"").c_str());
+    row += 16;
   }
+}
+
+/// The legend in the top-right corner of the plot area (bar charts: bars leave it free).
+inline void legend(std::string& out, const std::vector<std::pair<std::string, std::string>>& items,
+                   double right, double top) {
+  legend_at(out, items, right - legend_size(items).first - 6, top + 6);
+}
+
+/// How much of the drawn data (points, and points along each segment) falls in the box.
+inline int covered(const std::vector<std::vector<std::pair<double, double>>>& lines, double x0,
+                   double y0, double x1, double y1) {
+  int n = 0;
+  auto inside = [&](double x, double y) { return x >= x0 && x <= x1 && y >= y0 && y <= y1; };
+  for (const auto& line : lines)
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      n += inside(line[i].first, line[i].second) ? 4 : 0;
+      if (i + 1 < line.size())
+        for (int k = 1; k < 16; ++k) {
+          const double f = k / 16.0;
+          n += inside(line[i].first + f * (line[i + 1].first - line[i].first),
+                      line[i].second + f * (line[i + 1].second - line[i].second));
+        }
+    }
+  return n;
 }
 
 }  // namespace detail
@@ -275,16 +307,19 @@ inline std::string render_line_plot(std::span<const Series> series, const PlotOp
   detail::references(out, y, left, right, top, bottom, o);
   char buf[160];
   std::vector<std::pair<std::string, std::string>> items;
+  std::vector<std::vector<std::pair<double, double>>> drawn_lines;  // in pixels, for the legend
   for (std::size_t k = 0; k < series.size(); ++k) {
     const Series& s = series[k];
     const char* colour = detail::palette(k);
     std::string points;
     std::size_t drawn = 0;
+    drawn_lines.emplace_back();
     for (std::size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
       if (!detail::usable(s.x[i], o.log_x) || !detail::usable(s.y[i], o.log_y)) continue;
-      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", x.map(s.x[i], left, right),
-                    y.map(s.y[i], bottom, top));
+      const double px = x.map(s.x[i], left, right), py = y.map(s.y[i], bottom, top);
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", px, py);
       points += buf;
+      drawn_lines.back().emplace_back(px, py);
       ++drawn;
     }
     out += "<polyline fill=\"none\" stroke-width=\"1.8\" stroke=\"" + std::string(colour) +
@@ -302,7 +337,22 @@ inline std::string render_line_plot(std::span<const Series> series, const PlotOp
       }
     if (!s.name.empty()) items.emplace_back(s.name, colour);
   }
-  detail::legend(out, items, right, top);
+  // The legend goes to the corner of the plot area the curves leave emptiest (top right first),
+  // so that it never hides a measured point.
+  if (!items.empty()) {
+    const auto [w, h] = detail::legend_size(items);
+    const double corners[4][2] = {{right - w - 6, top + 6},
+                                  {left + 6, top + 6},
+                                  {right - w - 6, bottom - h - 6},
+                                  {left + 6, bottom - h - 6}};
+    int best = 0, least = -1;
+    for (int c = 0; c < 4; ++c) {
+      const int n = detail::covered(drawn_lines, corners[c][0] - 4, corners[c][1] - 4,
+                                    corners[c][0] + w + 4, corners[c][1] + h + 4);
+      if (least < 0 || n < least) least = n, best = c;
+    }
+    detail::legend_at(out, items, corners[best][0], corners[best][1]);
+  }
   out += "</svg>\n";
   return out;
 }
@@ -408,6 +458,158 @@ inline std::string render_lanes(std::span<const std::string> lanes, std::span<co
     out += buf;
     detail::text(out, lx + 14, bottom + 49, e.name);
     lx += 24 + 6.2 * static_cast<double>(e.name.size());
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+/// How render_timeline() draws.
+struct TimelineOptions {
+  std::string title;     ///< Drawn above the timeline; empty for none.
+  std::string subtitle;  ///< Drawn under the title; empty for none.
+  /// The unit of the events' times, named on the time axis ("us", a measured trace, is written
+  /// µs; the labs' titles say "microseconds", so the axis keeps that unit for long steps too).
+  std::string unit = "us";
+  double width = 960;   ///< Pixels.
+  int row_height = 26;  ///< Pixels per rank row.
+};
+
+/// The kind of box an event is drawn as: "F forward", "B backward", "I input grad",
+/// "W weight grad" (with ", chunk a", ", chunk b", ... when a rank runs several chunks), or
+/// "transfer (send, or wait on a receive)".
+inline std::string timeline_kind(const TimedEvent& e, bool chunks) {
+  static const char* names[] = {"F forward", "B backward", "I input grad", "W weight grad"};
+  if (!is_compute(e.op)) return "transfer (send, or wait on a receive)";
+  std::string name = names[static_cast<int>(e.op)];
+  if (chunks) name += std::string(", chunk ") + static_cast<char>('a' + e.chunk);
+  return name;
+}
+
+/// One row per rank, one box per action, on a time axis with ticks and its unit: F blue,
+/// B green, I light green, W purple, transfers grey; later chunks in lighter shades. The legend
+/// names each kind of box drawn (timeline_kind()) and no other. Boxes and legend entries carry
+/// `data-kind` / `data-legend` attributes naming their kind, for tests.
+inline std::string render_timeline(std::span<const TimedEvent> events,
+                                   const TimelineOptions& o = {}) {
+  int ranks = 1, max_chunk = 0;
+  double end = 0;
+  for (const TimedEvent& e : events) {
+    ranks = std::max(ranks, e.rank + 1);
+    max_chunk = std::max(max_chunk, e.chunk);
+    end = std::max(end, e.end);
+  }
+  const bool chunks = max_chunk > 0;
+  const std::string unit = o.unit == "us" ? "\xC2\xB5s" : o.unit;  // µs
+  const auto axis = detail::Axis::fit(0, end > 0 ? end : 1, false, true);
+  const double left = 64, top = o.title.empty() ? 12 : (o.subtitle.empty() ? 34 : 50);
+  const double right = o.width - 16, row = o.row_height;
+  const double bottom = top + row * ranks;
+  auto px = [&](double t) { return axis.map(t, left, right); };
+
+  // The kinds drawn, in a fixed order (F, B, I, W by chunk, then transfers), with their colours.
+  struct Kind {
+    std::string name, fill;
+    double opacity;
+    int order;
+  };
+  std::vector<Kind> kinds;
+  auto style = [&](const TimedEvent& e) {
+    static const char* fills[] = {"#4e79a7", "#59a14f", "#8cd17d", "#b07aa1"};
+    Kind k{timeline_kind(e, chunks), "#bab0ac", 1.0, 1000};
+    if (is_compute(e.op)) {
+      k.fill = fills[static_cast<int>(e.op)];
+      k.opacity = chunks ? 1.0 - 0.45 * e.chunk / max_chunk : 1.0;
+      k.order = static_cast<int>(e.op) * 64 + e.chunk;
+    }
+    return k;
+  };
+
+  for (const TimedEvent& e : events) {
+    if (e.end <= e.start) continue;
+    const Kind k = style(e);
+    if (std::none_of(kinds.begin(), kinds.end(), [&](const Kind& d) { return d.name == k.name; }))
+      kinds.push_back(k);
+  }
+  std::sort(kinds.begin(), kinds.end(),
+            [](const Kind& a, const Kind& b) { return a.order < b.order; });
+  // The legend: one entry per kind drawn, in rows under the axis.
+  std::vector<std::pair<double, double>> at;  // each entry's position
+  double lx = left, ly = bottom + 54;
+  for (const Kind& k : kinds) {
+    const double w = 24 + 6.2 * static_cast<double>(k.name.size());
+    if (lx + w > right && lx > left) lx = left, ly += 16;
+    at.emplace_back(lx, ly);
+    lx += w;
+  }
+  const double height = ly + 14;
+
+  std::string out;
+  char buf[640];
+  std::snprintf(buf, sizeof buf,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica,Arial,sans-serif\" "
+                "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                o.width, height, o.width, height);
+  out += buf;
+  if (!o.title.empty())
+    detail::text(out, 8, 18, o.title, "start", " font-size=\"14\" font-weight=\"bold\"");
+  if (!o.subtitle.empty()) detail::text(out, 8, 36, o.subtitle, "start", " fill=\"#444\"");
+  for (int r = 0; r < ranks; ++r) {
+    const double y = top + row * r;
+    detail::text(out, 8, y + row * 0.65, "rank " + std::to_string(r));
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f1f1f1\"/>\n",
+                  left, y + 2, right - left, row - 4);
+    out += buf;
+  }
+  // The time axis: a baseline, a tick and a label at each round value, the unit in the title.
+  std::snprintf(buf, sizeof buf,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>\n", left,
+                bottom + 2, right, bottom + 2);
+  out += buf;
+  for (double t : axis.ticks) {
+    const double x = axis.map(t, left, right);
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>\n", x,
+                  bottom + 2, x, bottom + 7);
+    out += buf;
+    detail::text(out, x, bottom + 19, detail::tick_label(t), "middle", " class=\"tick\"");
+  }
+  detail::text(out, (left + right) / 2, bottom + 35, "time from the step's start (" + unit + ")",
+               "middle", " class=\"axis-title\"");
+
+  for (const TimedEvent& e : events) {
+    if (e.end <= e.start) continue;
+    const Kind k = style(e);
+    const double x0 = px(e.start), x1 = px(e.end), w = std::max(0.5, x1 - x0);
+    const double y = top + row * e.rank + 2;
+    const std::string label = mpp::detail::event_label(e, chunks);
+    std::snprintf(
+        buf, sizeof buf,
+        "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
+        "fill-opacity=\"%.2f\" stroke=\"white\" stroke-width=\"0.6\" data-kind=\"%s\">"
+        "<title>rank %d %s: stage %d, micro-batch %d, chunk %d, [%s, %s) %s</title>"
+        "</rect>\n",
+        x0, y, w, row - 4, k.fill.c_str(), k.opacity, mpp::detail::xml_escape(k.name).c_str(),
+        e.rank, std::string(to_string(e.op)).c_str(), e.stage, e.micro_batch, e.chunk,
+        detail::tick_label(e.start).c_str(), detail::tick_label(e.end).c_str(), unit.c_str());
+    out += buf;
+    const std::string shown = is_compute(e.op) ? label.substr(1) : label;
+    if (w >= 6.5 * static_cast<double>(shown.size()))
+      detail::text(out, x0 + w / 2, y + row * 0.5 + 1, shown, "middle",
+                   " fill=\"white\" font-size=\"10\"");
+  }
+
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    const Kind& k = kinds[i];
+    const auto [lx, ly] = at[i];
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\" "
+                  "fill-opacity=\"%.2f\"/>\n",
+                  lx, ly - 9, k.fill.c_str(), k.opacity);
+    out += buf;
+    detail::text(out, lx + 14, ly, k.name, "start",
+                 (" data-legend=\"" + mpp::detail::xml_escape(k.name) + "\"").c_str());
   }
   out += "</svg>\n";
   return out;

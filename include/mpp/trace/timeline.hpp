@@ -13,6 +13,7 @@
 #include "mpp/schedule/timed_event.hpp"
 #include "mpp/schedule/verify.hpp"
 #include "mpp/trace/event.hpp"
+#include "mpp/trace/plot.hpp"
 
 namespace mpp::trace {
 
@@ -201,12 +202,16 @@ inline std::string ascii_timeline(std::span<const RankTrace> traces,
   return render_ascii(events, options);
 }
 
-/// The measured timeline as SVG, drawn like a predicted one (mpp-schedule --svg): compute boxes
-/// F/B/I/W (a recompute as part of its backward) and, in grey, sends and time blocked on a
-/// receive. Times in microseconds from the earliest rank's step start.
+/// The measured timeline as SVG, in the colours of a predicted one (mpp-schedule --svg): compute
+/// boxes F/B/I/W (a recompute as part of its backward) and, in grey, sends and time blocked on a
+/// receive, on a time axis in microseconds from the earliest rank's step start; the legend
+/// names the kinds of box drawn (render_timeline()).
 inline std::string svg_timeline(std::span<const RankTrace> traces, const SvgOptions& options = {}) {
   const auto events = timed_events(traces, /*comm=*/true);
-  return render_svg(events, options);
+  return render_timeline(events, {.title = options.title,
+                                  .subtitle = options.subtitle,
+                                  .unit = "us",
+                                  .row_height = options.row_height});
 }
 
 /// `bytes` for people: "1.50 MiB" from 1 MiB up, "12.0 KiB" below.
