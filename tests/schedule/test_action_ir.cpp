@@ -45,8 +45,7 @@ TEST_CASE("1F1B table on P=2, M=3: warm-up, steady 1F1B, drain") {
 }
 
 TEST_CASE("every action of a lowered plan carries stage, local chunk and peer") {
-  const auto plan =
-      make_plan(ScheduleSpec{"Interleaved1F1B", 8, 2}, CommSemantics::buffered, 4);
+  const auto plan = make_plan(ScheduleSpec{"Interleaved1F1B", 8, 2}, CommSemantics::buffered, 4);
   CHECK(plan->ranks() == 4);
   CHECK(plan->stages() == 8);
   CHECK(plan->micro_batches() == 8);
@@ -96,10 +95,8 @@ TEST_CASE("run-time errors name the rule and the fix") {
       make_plan(ScheduleSpec{"Interleaved1F1B", 6, 2}, CommSemantics::buffered, 4),
       doctest::Contains("needs M to be a multiple of the number of ranks (got M=6 for 4 ranks)"),
       ScheduleError);
-  CHECK_THROWS_WITH_AS(
-      make_plan(ScheduleSpec{"GPipe", 8, 1}, CommSemantics::buffered, 40),
-      doctest::Contains("mpp::max_ranks"), ScheduleError);
-  CHECK_THROWS_WITH_AS(
-      make_plan(ScheduleSpec{"GPipe", 200, 1}, CommSemantics::buffered, 4),
-      doctest::Contains("mpp::max_actions_per_rank"), ScheduleError);
+  CHECK_THROWS_WITH_AS(make_plan(ScheduleSpec{"GPipe", 8, 1}, CommSemantics::buffered, 40),
+                       doctest::Contains("mpp::max_ranks"), ScheduleError);
+  CHECK_THROWS_WITH_AS(make_plan(ScheduleSpec{"GPipe", 200, 1}, CommSemantics::buffered, 4),
+                       doctest::Contains("mpp::max_actions_per_rank"), ScheduleError);
 }

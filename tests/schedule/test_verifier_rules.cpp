@@ -216,16 +216,15 @@ TEST_CASE("ZB-H1 (T_F = T_I = T_W): a third of 1F1B's idle time, same peak memor
 
 TEST_CASE("communication costs: both lowerings stay sound, and the step gets longer") {
   for (int sem = 0; sem < 2; ++sem)
-    for (std::string_view kind :
-         {"GPipe", "OneFOneB", "ZeroBubbleH1"}) {
+    for (std::string_view kind : {"GPipe", "OneFOneB", "ZeroBubbleH1"}) {
       CAPTURE(sem);
       const auto free = plan_of(kind, 4, 8, 1, CommSemantics(sem));
       const auto costly = plan_of(kind, 4, 8, 1, CommSemantics(sem), Costs{2, 4, 2, 2, 1});
       REQUIRE(costly->figures.ok);
       CHECK(costly->figures.makespan > 2 * free->figures.makespan);
     }
-  const auto il = plan_of("Interleaved1F1B", 4, 8, 2, CommSemantics::rendezvous,
-                          Costs{2, 4, 2, 2, 1});
+  const auto il =
+      plan_of("Interleaved1F1B", 4, 8, 2, CommSemantics::rendezvous, Costs{2, 4, 2, 2, 1});
   CHECK(il->figures.ok);
 }
 
@@ -242,8 +241,7 @@ TEST_CASE("torch.distributed.pipelining action strings and CSV round-trip") {
   CHECK(to_action_string(Action{Op::I, 3, 1, 5, -1}) == "5I3");
 
   for (int sem = 0; sem < 2; ++sem) {
-    const auto plan =
-        make_plan(ScheduleSpec{"Interleaved1F1B", 8, 2}, CommSemantics(sem), 4);
+    const auto plan = make_plan(ScheduleSpec{"Interleaved1F1B", 8, 2}, CommSemantics(sem), 4);
     const std::string csv = to_action_csv(plan->table);
     auto back = std::make_unique<ScheduleTable>();
     table_from_action_csv(*back, csv, CommSemantics(sem));
@@ -270,8 +268,7 @@ TEST_CASE("torch.distributed.pipelining action strings and CSV round-trip") {
 }
 
 TEST_CASE("timelines: ASCII, SVG and Chrome trace from the same events") {
-  const auto plan =
-      make_plan(ScheduleSpec{"OneFOneB", 4, 1}, CommSemantics::rendezvous, 2);
+  const auto plan = make_plan(ScheduleSpec{"OneFOneB", 4, 1}, CommSemantics::rendezvous, 2);
   const auto events = simulate_events(plan->table, CommSemantics::rendezvous);
   CHECK(events.size() == 16);  // 2 ranks x 4 micro-batches x (F + B); free transfers are not drawn
   const std::string ascii = render_ascii(events);
