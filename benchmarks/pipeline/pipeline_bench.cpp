@@ -119,6 +119,7 @@ void library(benchmark::State& state, const Config& c) {
   // Untimed: the medians over reported steps of the measured bubble and of the verifier's
   // predictions from each step's own measured costs.
   std::vector<double> bubble, unit, measured, latency, message_us, peak;
+  std::vector<double> recv_wait, send, step_end, untraced, step_us, busy_r0, busy_r1;
   for (int i = 0; i < reported_steps(c); ++i) {
     step();
     if (const auto report = mpp::report_last_step(step.pipe)) {
@@ -128,6 +129,14 @@ void library(benchmark::State& state, const Config& c) {
       latency.push_back(report->predicted_latency.bubble_fraction());
       message_us.push_back(report->figures.message_latency_us);
       peak.push_back(static_cast<double>(report->figures.peak_activation_bytes[0]) / (1 << 20));
+      const auto& f = report->figures;
+      recv_wait.push_back(f.recv_wait_share);
+      send.push_back(f.send_share);
+      step_end.push_back(f.step_end_share);
+      untraced.push_back(f.untraced_share);
+      step_us.push_back(f.step_us);
+      busy_r0.push_back(report->traces[0].compute_us());
+      busy_r1.push_back(report->traces[1].compute_us());
     }
   }
   if (!bubble.empty()) {
@@ -137,6 +146,15 @@ void library(benchmark::State& state, const Config& c) {
     state.counters["bubble_pred_lat"] = median(latency);
     state.counters["msg_latency_us"] = median(message_us);
     state.counters["peak_act_MiB_r0"] = median(peak);
+    // Where the bubble goes (shares of the ranks' step time; they add up to `bubble`), and each
+    // rank's compute per step: a stage slower than the other paces the pipeline.
+    state.counters["bubble_recv_wait"] = median(recv_wait);
+    state.counters["bubble_send"] = median(send);
+    state.counters["bubble_step_end"] = median(step_end);
+    state.counters["bubble_untraced"] = median(untraced);
+    state.counters["step_us"] = median(step_us);
+    state.counters["compute_us_r0"] = median(busy_r0);
+    state.counters["compute_us_r1"] = median(busy_r1);
   }
 }
 

@@ -34,6 +34,13 @@ struct StepFigures {
   /// the receiver was already waiting for: what one transfer costs on the critical path (0 if
   /// no receiver ever waited). Ranks' clocks must be comparable (one host: CLOCK_MONOTONIC).
   double message_latency_us = 0.0;
+  /// The bubble taken apart, each a share of all ranks' step time like `bubble` (the four add up
+  /// to it): blocked on a receive, in a send (posting it, or blocked on it), at the end of the
+  /// step (the last sends and the loss shared with every rank), and between events, which no
+  /// event covers (the executor's own work between actions, or a rank descheduled there).
+  ///@{
+  double recv_wait_share = 0.0, send_share = 0.0, step_end_share = 0.0, untraced_share = 0.0;
+  ///@}
 };
 
 /// The mean latency of the messages a receiver was waiting for (see StepFigures).
@@ -74,7 +81,7 @@ inline double message_latency_us(std::span<const RankTrace> traces) {
 inline StepFigures step_figures(std::span<const RankTrace> traces) {
   StepFigures f;
   f.ranks = static_cast<int>(traces.size());
-  double compute = 0.0, total = 0.0;
+  double compute = 0.0, total = 0.0, recv_wait = 0.0, send = 0.0, step_end = 0.0;
   double sums[4] = {0, 0, 0, 0};
   int counts[4] = {0, 0, 0, 0};
   for (const auto& t : traces) {
@@ -88,6 +95,16 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
     for (const auto& e : t.events) {
       int k = -1;
       switch (e.kind) {
+        case EventKind::recv_wait:
+          recv_wait += e.duration_us();
+          break;
+        case EventKind::send:
+          send += e.duration_us();
+          break;
+        case EventKind::send_wait:
+        case EventKind::loss_sync:
+          step_end += e.duration_us();
+          break;
         case EventKind::recompute:
           recompute_pending += e.duration_us();
           break;
@@ -113,6 +130,12 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
     }
   }
   f.bubble = total > 0.0 ? 1.0 - compute / total : 0.0;
+  if (total > 0.0) {
+    f.recv_wait_share = recv_wait / total;
+    f.send_share = send / total;
+    f.step_end_share = step_end / total;
+    f.untraced_share = f.bubble - f.recv_wait_share - f.send_share - f.step_end_share;
+  }
   auto mean = [&](int k) { return counts[k] > 0 ? sums[k] / counts[k] : 0.0; };
   f.forward_us = mean(0);
   f.backward_us = mean(1);
@@ -245,6 +268,12 @@ inline std::string describe(const StepFigures& f, const VerifyResult& predicted_
                   f.message_latency_us, 100.0 * predicted_latency->bubble_fraction());
     out += buf;
   }
+  std::snprintf(buf, sizeof buf,
+                "  of the step: %.1f%% waiting for messages, %.1f%% sending, %.1f%% at the step's "
+                "end, %.1f%% between actions\n",
+                100.0 * f.recv_wait_share, 100.0 * f.send_share, 100.0 * f.step_end_share,
+                100.0 * f.untraced_share);
+  out += buf;
   for (int r = 0; r < f.ranks; ++r) {
     const auto i = static_cast<std::size_t>(r);
     std::snprintf(buf, sizeof buf,

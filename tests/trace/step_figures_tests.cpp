@@ -1,0 +1,57 @@
+// The figures of a step computed from the ranks' traces (include/mpp/trace/timeline.hpp): the
+// bubble and its parts, on traces written by hand.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "mpp/trace/timeline.hpp"
+
+namespace {
+
+using mpp::Op;
+using mpp::trace::Event;
+using mpp::trace::EventKind;
+using mpp::trace::RankTrace;
+
+Event event(EventKind kind, Op op, int micro_batch, double begin, double end, int peer = -1) {
+  return Event{kind, op, micro_batch, 0, peer, begin, end};
+}
+
+}  // namespace
+
+TEST_CASE("step figures: the bubble's parts add up to it and each names its own time") {
+  // Rank 0: F 0-40, send 40-42, nothing traced 42-50, blocked on a receive 50-70, B 70-150,
+  // the step's end 150-160 (its sends, then the loss). Rank 1: blocked 0-44, F 44-84, B 84-164,
+  // send 164-165, nothing traced 165-170, loss 170-180. Compute 120 + 120 of 160 + 180.
+  RankTrace r0;
+  r0.rank = 0;
+  r0.step_us = 160;
+  r0.events = {event(EventKind::forward, Op::F, 0, 0, 40),
+               event(EventKind::send, Op::SEND_F, 0, 40, 42, 1),
+               event(EventKind::recv_wait, Op::RECV_B, 0, 50, 70, 1),
+               event(EventKind::backward, Op::B, 0, 70, 150),
+               event(EventKind::send_wait, Op::SEND_F, -1, 150, 152),
+               event(EventKind::loss_sync, Op::SEND_F, -1, 152, 160)};
+  RankTrace r1;
+  r1.rank = 1;
+  r1.step_us = 180;
+  r1.events = {event(EventKind::recv_wait, Op::RECV_F, 0, 0, 44, 0),
+               event(EventKind::forward, Op::F, 0, 44, 84),
+               event(EventKind::backward, Op::B, 0, 84, 164),
+               event(EventKind::send, Op::SEND_B, 0, 164, 165, 0),
+               event(EventKind::loss_sync, Op::SEND_F, -1, 170, 180)};
+  const std::vector<RankTrace> traces{r0, r1};
+  const auto f = mpp::trace::step_figures(traces);
+  const double total = 160 + 180;
+  CHECK(f.bubble == doctest::Approx(1.0 - 240 / total));
+  CHECK(f.recv_wait_share == doctest::Approx((20 + 44) / total));
+  CHECK(f.send_share == doctest::Approx((2 + 1) / total));
+  CHECK(f.step_end_share == doctest::Approx((10 + 10) / total));
+  CHECK(f.untraced_share == doctest::Approx((8 + 5) / total));
+  CHECK(f.recv_wait_share + f.send_share + f.step_end_share + f.untraced_share ==
+        doctest::Approx(f.bubble));
+  // The summary names the parts.
+  const std::string text = mpp::trace::describe(f, mpp::VerifyResult{}, mpp::VerifyResult{});
+  CHECK(text.find("18.8% waiting for messages, 0.9% sending, 5.9% at the step's end, 3.8% "
+                  "between actions") != std::string::npos);
+}
