@@ -219,12 +219,15 @@ TEST_CASE("communication costs: both lowerings stay sound, and the step gets lon
     for (std::string_view kind : {"GPipe", "OneFOneB", "ZeroBubbleH1"}) {
       CAPTURE(sem);
       const auto free = plan_of(kind, 4, 8, 1, CommSemantics(sem));
-      const auto costly = plan_of(kind, 4, 8, 1, CommSemantics(sem), Costs{2, 4, 2, 2, 1});
+      const auto costly =
+          plan_of(kind, 4, 8, 1, CommSemantics(sem),
+                  Costs{.forward = 2, .backward = 4, .input_grad = 2, .weight_grad = 2, .comm = 1});
       REQUIRE(costly->figures.ok);
       CHECK(costly->figures.makespan > 2 * free->figures.makespan);
     }
   const auto il =
-      plan_of("Interleaved1F1B", 4, 8, 2, CommSemantics::rendezvous, Costs{2, 4, 2, 2, 1});
+      plan_of("Interleaved1F1B", 4, 8, 2, CommSemantics::rendezvous,
+              Costs{.forward = 2, .backward = 4, .input_grad = 2, .weight_grad = 2, .comm = 1});
   CHECK(il->figures.ok);
 }
 
@@ -306,4 +309,32 @@ TEST_CASE("the ASCII timeline never drops an action, even when several start wit
   const std::string end = render_ascii(crowded, {10});
   INFO(end);
   CHECK(end.find(" F0 F1 F2 ") != std::string::npos);
+}
+
+TEST_CASE("per-stage costs: a slower stage paces the replay; equal ones change nothing") {
+  // GPipe<4> on 2 ranks, F = 1 and B = 2 everywhere but stage 1's forward, which costs 2 (the
+  // last stage also computes the loss). Rank 1's forwards end at 3, 5, 7, 9; its backwards run
+  // 9..17; rank 0's wait for them: 11..19. Busy 12 + 16 of 2 x 19.
+  for (int sem = 0; sem < 2; ++sem) {
+    CAPTURE(sem);
+    Costs slow_last;
+    slow_last.stage[1].forward = 2;
+    const auto uneven = plan_of("GPipe", 2, 4, 1, CommSemantics(sem), slow_last);
+    REQUIRE(uneven->figures.ok);
+    CHECK(uneven->figures.makespan == 19);
+    CHECK(uneven->figures.total_busy == 28);
+    const auto even = plan_of("GPipe", 2, 4, 1, CommSemantics(sem));
+    CHECK(even->figures.makespan == 15);
+    CHECK(even->figures.bubble_fraction() < uneven->figures.bubble_fraction());
+  }
+  // Stage costs equal to the common ones: every schedule's figures are unchanged.
+  for (const char* kind : {"GPipe", "OneFOneB", "ZeroBubbleH1"}) {
+    CAPTURE(kind);
+    Costs same;
+    for (int s = 0; s < 4; ++s) same.stage[static_cast<std::size_t>(s)] = {1, 2, 1, 1};
+    const auto a = plan_of(kind, 4, 8, 1, CommSemantics::buffered);
+    const auto b = plan_of(kind, 4, 8, 1, CommSemantics::buffered, same);
+    CHECK(a->figures.makespan == b->figures.makespan);
+    CHECK(a->figures.total_busy == b->figures.total_busy);
+  }
 }

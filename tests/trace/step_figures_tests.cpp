@@ -55,3 +55,30 @@ TEST_CASE("step figures: the bubble's parts add up to it and each names its own 
   CHECK(text.find("18.8% waiting for messages, 0.9% sending, 5.9% at the step's end, 3.8% "
                   "between actions") != std::string::npos);
 }
+
+TEST_CASE("step figures: each stage's own F and B costs reach the verifier's cost model") {
+  // Rank 0 (stage 0): F 40, B 80. Rank 1 (stage 1): F 44 (its loss), B 80.
+  RankTrace r0;
+  r0.rank = 0;
+  r0.step_us = 200;
+  r0.events = {event(EventKind::forward, Op::F, 0, 0, 40),
+               event(EventKind::backward, Op::B, 0, 120, 200)};
+  RankTrace r1;
+  r1.rank = 1;
+  r1.step_us = 200;
+  r1.events = {event(EventKind::forward, Op::F, 0, 40, 84),
+               event(EventKind::backward, Op::B, 0, 84, 164)};
+  const std::vector<RankTrace> traces{r0, r1};
+  const auto f = mpp::trace::step_figures(traces);
+  REQUIRE(f.stage_us.size() == 2);
+  CHECK(f.stage_us[0][0] == doctest::Approx(40));
+  CHECK(f.stage_us[1][0] == doctest::Approx(44));
+  CHECK(f.forward_us == doctest::Approx(42));
+  const mpp::Costs c = mpp::trace::measured_costs(f);
+  CHECK(c.forward == 53);  // 42 / 80, the common cost
+  CHECK(c.backward == 100);
+  CHECK(c.of(Op::F, 0) == 50);
+  CHECK(c.of(Op::F, 1) == 55);
+  CHECK(c.of(Op::B, 1) == 100);
+  CHECK(c.of(Op::I, 1) == c.input_grad);  // no I ran: the common cost
+}

@@ -1,8 +1,20 @@
 #pragma once
 // The verifier's cost model: integer durations in abstract units (any unit; only ratios matter).
+#include <array>
+
 #include "mpp/schedule/action.hpp"
+#include "mpp/schedule/table.hpp"
 
 namespace mpp {
+
+/// What one stage's actions cost where that stage differs from the others; 0 keeps the common
+/// cost of `Costs`.
+struct StageCosts {
+  int forward = 0;      ///< T_F on this stage, or 0
+  int backward = 0;     ///< T_B on this stage, or 0
+  int input_grad = 0;   ///< T_I on this stage, or 0
+  int weight_grad = 0;  ///< T_W on this stage, or 0
+};
 
 /// Durations of one action on one chunk. The defaults are the "unit costs" of the literature:
 /// T_F = 1, T_B = 2 (= T_I + T_W with T_I = T_W = 1), free communication.
@@ -12,6 +24,10 @@ struct Costs {
   int input_grad = 1;   ///< T_I, the input-grad half of a split backward
   int weight_grad = 1;  ///< T_W, the weight-grad half
   int comm = 0;         ///< T_comm: one point-to-point transfer between neighbouring ranks
+  /// Per stage, where stages differ (indexed by stage; zeros keep the costs above). Measured, the
+  /// stages of an evenly cut model differ too: the last stage's forward also computes the loss,
+  /// the first stage's backward computes no gradient for its input.
+  std::array<StageCosts, max_ranks * max_chunks_per_rank> stage{};
 
   /// The duration of `op`: its compute cost, or `comm` for a send or receive.
   constexpr int of(Op op) const {
@@ -27,6 +43,20 @@ struct Costs {
       default:
         return comm;
     }
+  }
+
+  /// The duration of `op` on stage `s`: the stage's own cost where it has one, else of(op).
+  constexpr int of(Op op, int s) const {
+    if (s >= 0 && s < static_cast<int>(stage.size())) {
+      const StageCosts& c = stage[static_cast<std::size_t>(s)];
+      const int own = op == Op::F   ? c.forward
+                      : op == Op::B ? c.backward
+                      : op == Op::I ? c.input_grad
+                      : op == Op::W ? c.weight_grad
+                                    : 0;
+      if (own > 0) return own;
+    }
+    return of(op);
   }
 };
 

@@ -169,10 +169,7 @@ constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, con
         const int k = st.pc[best]++;
         const Action& c = in.actions[best][k];
         out.actions[best][out.length[best]++] = c;
-        st.clock[best] += c.op == Op::F   ? costs.forward
-                          : c.op == Op::B ? costs.backward
-                          : c.op == Op::I ? costs.input_grad
-                                          : costs.weight_grad;
+        st.clock[best] += costs.of(c.op, c.stage);
         const int q = st.produces[best][k];
         if (q >= 0) st.queue[q][st.tail[q]++] = k;
         touched[0] = best;

@@ -447,10 +447,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
             if (dep == 0) break;
             if (dep - 1 > ready) ready = dep - 1;
           }
-          const int cost = op == Op::F   ? costs.forward
-                           : op == Op::B ? costs.backward
-                           : op == Op::I ? costs.input_grad
-                                         : costs.weight_grad;
+          const int cost = costs.of(op, s);
           const int end = ready + cost;
           if (op == Op::F)
             L.forward_end[id] = end + 1;

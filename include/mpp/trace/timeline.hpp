@@ -3,6 +3,7 @@
 // library's renderers from TimedEvents, exactly as the verifier's predicted timelines are, so a
 // measured run and its prediction are drawn by the same code and can be read side by side.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <span>
@@ -30,6 +31,10 @@ struct StepFigures {
   ///@{
   double forward_us = 0.0, backward_us = 0.0, input_grad_us = 0.0, weight_grad_us = 0.0;
   ///@}
+  /// The same per stage (indexed by stage: mean F, B, I, W in us, 0 where none ran). Stages of an
+  /// evenly cut model differ too: the last computes the loss in its forward, the first no input
+  /// gradient in its backward.
+  std::vector<std::array<double, 4>> stage_us;
   /// Mean time from a send's start to the end of the receiver's wait for it, over the messages
   /// the receiver was already waiting for: what one transfer costs on the critical path (0 if
   /// no receiver ever waited). Ranks' clocks must be comparable (one host: CLOCK_MONOTONIC).
@@ -84,6 +89,8 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
   double compute = 0.0, total = 0.0, recv_wait = 0.0, send = 0.0, step_end = 0.0;
   double sums[4] = {0, 0, 0, 0};
   int counts[4] = {0, 0, 0, 0};
+  std::vector<std::array<double, 4>> stage_sums;
+  std::vector<std::array<int, 4>> stage_counts;
   for (const auto& t : traces) {
     f.step_us = std::max(f.step_us, t.step_us);
     compute += t.compute_us();
@@ -124,9 +131,17 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
           break;
       }
       if (k < 0) continue;
-      sums[k] += e.duration_us() + (k == 1 || k == 2 ? recompute_pending : 0.0);
+      const double us = e.duration_us() + (k == 1 || k == 2 ? recompute_pending : 0.0);
       if (k == 1 || k == 2) recompute_pending = 0.0;
+      sums[k] += us;
       ++counts[k];
+      const auto stage = static_cast<std::size_t>(stage_of(t.placement, f.ranks, t.rank, e.chunk));
+      if (stage >= stage_sums.size()) {
+        stage_sums.resize(stage + 1, {0, 0, 0, 0});
+        stage_counts.resize(stage + 1, {0, 0, 0, 0});
+      }
+      stage_sums[stage][static_cast<std::size_t>(k)] += us;
+      ++stage_counts[stage][static_cast<std::size_t>(k)];
     }
   }
   f.bubble = total > 0.0 ? 1.0 - compute / total : 0.0;
@@ -141,14 +156,20 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
   f.backward_us = mean(1);
   f.input_grad_us = mean(2);
   f.weight_grad_us = mean(3);
+  f.stage_us.assign(stage_sums.size(), {0, 0, 0, 0});
+  for (std::size_t st = 0; st < stage_sums.size(); ++st)
+    for (std::size_t k = 0; k < 4; ++k)
+      if (stage_counts[st][k] > 0) f.stage_us[st][k] = stage_sums[st][k] / stage_counts[st][k];
   f.message_latency_us = message_latency_us(traces);
   return f;
 }
 
-/// The verifier's cost model with the measured ratios (integers, the largest cost 100).
+/// The verifier's cost model with the measured ratios (integers, the largest cost 100): the mean
+/// F, B, I and W over every stage, and each stage's own where it ran them, so that a stage slower
+/// than the others (the loss, an uneven cut) paces the prediction as it paces the run.
 inline Costs measured_costs(const StepFigures& f) {
-  const double largest =
-      std::max({f.forward_us, f.backward_us, f.input_grad_us, f.weight_grad_us, 1e-9});
+  double largest = std::max({f.forward_us, f.backward_us, f.input_grad_us, f.weight_grad_us, 1e-9});
+  for (const auto& s : f.stage_us) largest = std::max({largest, s[0], s[1], s[2], s[3]});
   auto units = [&](double us, int fallback) {
     return us > 0.0 ? std::max(1, static_cast<int>(std::lround(100.0 * us / largest))) : fallback;
   };
@@ -158,14 +179,18 @@ inline Costs measured_costs(const StepFigures& f) {
   c.input_grad = units(f.input_grad_us, c.forward);
   c.weight_grad = units(f.weight_grad_us, c.forward);
   c.comm = 0;
+  for (std::size_t st = 0; st < f.stage_us.size() && st < c.stage.size(); ++st) {
+    const auto& s = f.stage_us[st];
+    c.stage[st] = {units(s[0], 0), units(s[1], 0), units(s[2], 0), units(s[3], 0)};
+  }
   return c;
 }
 
 /// measured_costs() plus the measured message latency as T_comm (same units).
 inline Costs measured_costs_with_latency(const StepFigures& f) {
   Costs c = measured_costs(f);
-  const double largest =
-      std::max({f.forward_us, f.backward_us, f.input_grad_us, f.weight_grad_us, 1e-9});
+  double largest = std::max({f.forward_us, f.backward_us, f.input_grad_us, f.weight_grad_us, 1e-9});
+  for (const auto& s : f.stage_us) largest = std::max({largest, s[0], s[1], s[2], s[3]});
   c.comm = f.message_latency_us > 0.0
                ? std::max(1, static_cast<int>(std::lround(100.0 * f.message_latency_us / largest)))
                : 0;
