@@ -198,7 +198,8 @@ EOF
 expect_commands() {
   local want=$1 name=$2; shift 2
   local out status=0
-  out=$("$tool" commands --root "$work/repo" --build "$work/build" 2>&1) || status=$?
+  out=$("$tool" commands --root "$work/repo" --build "$work/build" "${commands_options[@]}" 2>&1) ||
+    status=$?
   if [[ $want == pass ]]; then
     ((status == 0)) || { fail "$name: commands failed on a sound tree:"; echo "$out" >&2; }
     return
@@ -208,6 +209,7 @@ expect_commands() {
     grep -qF -- "$pattern" <<<"$out" || { fail "$name: no '$pattern' in the output:"; echo "$out" >&2; }
   done
 }
+commands_options=()
 commands_repo
 expect_commands pass "sound commands"
 sed -i 's|=1 build/release/examples/01_lab/lab|=1 build/release/examples/02_gone/lab|' \
@@ -227,6 +229,18 @@ commands_repo
 printf '\n```sh\nexport PATH="$PWD/build/release/examples/01_lab:$PATH"\nlab --steps 2\n```\n' \
   >>"$work/repo/docs/01-lab.md"
 expect_commands pass "bare program after PATH"
+# A part of the build tree left out on purpose (--not-built benchmarks, the asan preset's tree):
+# its programs are not looked up, every other one still is.
+commands_repo
+printf '\n```sh\nbuild/release/benchmarks/b/bench --benchmark_filter=x\n```\n' >>"$work/repo/docs/01-lab.md"
+expect_commands fail "unbuilt benchmark without --not-built" \
+  "docs/01-lab.md:38: program build/release/benchmarks/b/bench does not exist in the build tree"
+commands_options=(--not-built benchmarks)
+expect_commands pass "unbuilt benchmark with --not-built benchmarks"
+printf '\n```sh\nbuild/release/examples/02_gone/lab\n```\n' >>"$work/repo/docs/01-lab.md"
+expect_commands fail "--not-built benchmarks still checks the examples" \
+  "docs/01-lab.md:42: program build/release/examples/02_gone/lab does not exist in the build tree"
+commands_options=()
 
 if ((failures)); then
   echo "check_test: $failures failure(s)" >&2
