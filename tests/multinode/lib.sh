@@ -38,10 +38,15 @@ need_cmd() { command -v "$1" >/dev/null || skip "'$1' is not installed ($2)"; }
 
 # A TCP port nobody listens on right now (tests run one at a time on a port range of their own).
 free_port() {
-  local p
+  # Below the kernel's ephemeral range: a port in it can be taken, between this check and the
+  # job's listen, as the local end of any other process's outgoing connection (Gloo, a store
+  # client), and the job then fails with "Address already in use". Not in use in any state.
+  local p low=32768
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  ((low > 12000)) || low=32768
   for _ in $(seq 1 50); do
-    p=$(( 20000 + RANDOM % 20000 ))
-    ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+    p=$(( 10000 + RANDOM % (low - 10000) ))
+    ss -Htan "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
   done
   fail "no free TCP port found"
 }
