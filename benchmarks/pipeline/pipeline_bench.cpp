@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -109,6 +110,37 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : mpp::bench::median_of_sorted(v);
 }
 
+/// A counter of the library's benchmarks: its name and how one step's report gives it.
+struct ReportedFigure {
+  const char* counter;
+  double (*of)(const mpp::StepReport&);
+};
+
+/// The measured bubble next to the verifier's predictions from each step's own measured costs,
+/// where the bubble goes (shares of the ranks' step time that add up to `bubble`), and each rank's
+/// compute per step: a stage slower than the other paces the pipeline.
+constexpr ReportedFigure reported_figures[] = {
+    {"bubble", [](const mpp::StepReport& r) { return r.figures.bubble; }},
+    {"bubble_pred_unit",
+     [](const mpp::StepReport& r) { return r.predicted_unit.bubble_fraction(); }},
+    {"bubble_pred_meas",
+     [](const mpp::StepReport& r) { return r.predicted_measured.bubble_fraction(); }},
+    {"bubble_pred_lat",
+     [](const mpp::StepReport& r) { return r.predicted_latency.bubble_fraction(); }},
+    {"msg_latency_us", [](const mpp::StepReport& r) { return r.figures.message_latency_us; }},
+    {"peak_act_MiB_r0",
+     [](const mpp::StepReport& r) {
+       return static_cast<double>(r.figures.peak_activation_bytes[0]) / (1 << 20);
+     }},
+    {"bubble_recv_wait", [](const mpp::StepReport& r) { return r.figures.recv_wait_share; }},
+    {"bubble_send", [](const mpp::StepReport& r) { return r.figures.send_share; }},
+    {"bubble_step_end", [](const mpp::StepReport& r) { return r.figures.step_end_share; }},
+    {"bubble_untraced", [](const mpp::StepReport& r) { return r.figures.untraced_share; }},
+    {"step_us", [](const mpp::StepReport& r) { return r.figures.step_us; }},
+    {"compute_us_r0", [](const mpp::StepReport& r) { return r.traces[0].compute_us(); }},
+    {"compute_us_r1", [](const mpp::StepReport& r) { return r.traces[1].compute_us(); }},
+};
+
 template <class Pipe>
 void library(benchmark::State& state, const Config& c) {
   world->barrier();
@@ -116,46 +148,17 @@ void library(benchmark::State& state, const Config& c) {
   for (int i = 0; i < warmup_steps; ++i) step();
   for (auto _ : state) step();
   state.SetItemsProcessed(state.iterations() * c.batch);
-  // Untimed: the medians over reported steps of the measured bubble and of the verifier's
-  // predictions from each step's own measured costs.
-  std::vector<double> bubble, unit, measured, latency, message_us, peak;
-  std::vector<double> recv_wait, send, step_end, untraced, step_us, busy_r0, busy_r1;
+  // Untimed: the medians over reported steps of what each step's report says.
+  std::vector<std::vector<double>> samples(std::size(reported_figures));
   for (int i = 0; i < reported_steps(c); ++i) {
     step();
-    if (const auto report = mpp::report_last_step(step.pipe)) {
-      bubble.push_back(report->figures.bubble);
-      unit.push_back(report->predicted_unit.bubble_fraction());
-      measured.push_back(report->predicted_measured.bubble_fraction());
-      latency.push_back(report->predicted_latency.bubble_fraction());
-      message_us.push_back(report->figures.message_latency_us);
-      peak.push_back(static_cast<double>(report->figures.peak_activation_bytes[0]) / (1 << 20));
-      const auto& f = report->figures;
-      recv_wait.push_back(f.recv_wait_share);
-      send.push_back(f.send_share);
-      step_end.push_back(f.step_end_share);
-      untraced.push_back(f.untraced_share);
-      step_us.push_back(f.step_us);
-      busy_r0.push_back(report->traces[0].compute_us());
-      busy_r1.push_back(report->traces[1].compute_us());
-    }
+    if (const auto report = mpp::report_last_step(step.pipe))
+      for (std::size_t k = 0; k < samples.size(); ++k)
+        samples[k].push_back(reported_figures[k].of(*report));
   }
-  if (!bubble.empty()) {
-    state.counters["bubble"] = median(bubble);
-    state.counters["bubble_pred_unit"] = median(unit);
-    state.counters["bubble_pred_meas"] = median(measured);
-    state.counters["bubble_pred_lat"] = median(latency);
-    state.counters["msg_latency_us"] = median(message_us);
-    state.counters["peak_act_MiB_r0"] = median(peak);
-    // Where the bubble goes (shares of the ranks' step time; they add up to `bubble`), and each
-    // rank's compute per step: a stage slower than the other paces the pipeline.
-    state.counters["bubble_recv_wait"] = median(recv_wait);
-    state.counters["bubble_send"] = median(send);
-    state.counters["bubble_step_end"] = median(step_end);
-    state.counters["bubble_untraced"] = median(untraced);
-    state.counters["step_us"] = median(step_us);
-    state.counters["compute_us_r0"] = median(busy_r0);
-    state.counters["compute_us_r1"] = median(busy_r1);
-  }
+  if (!samples.front().empty())
+    for (std::size_t k = 0; k < samples.size(); ++k)
+      state.counters[reported_figures[k].counter] = median(samples[k]);
 }
 
 /// GPipe over two ranks written by hand on raw c10d calls of `group` (Gloo or Shm): what
