@@ -66,8 +66,8 @@
 
 namespace {
 
-mpp::ProcessGroup* world = nullptr;                 // the two ranks over Gloo
-mpp::ProcessGroup* shm_world = nullptr;             // the same ranks over Shm
+mpp::Group<mpp::Gloo>* world = nullptr;             // the two ranks over Gloo
+mpp::Group<mpp::Shm>* shm_world = nullptr;          // the same ranks over Shm
 std::optional<mpp::launch::CpuLatencyLimit> awake;  // held for the p2p family only
 double blocks_scale = 1.0;                          // --comm_blocks_scale: fewer (or more) blocks
 std::string trips_dir;  // --comm_trips_out: every round trip, one CSV per size
@@ -370,9 +370,9 @@ std::string load_average() {
 
 int main(int argc, char** argv) {
   at::set_num_threads(1);
-  mpp::ProcessGroup group = mpp::init_process_group();
+  auto group = mpp::init_process_group();
   world = &group;
-  mpp::ProcessGroup shm_group = group.new_group<mpp::Shm>();
+  auto shm_group = group.new_group<mpp::Shm>();
   shm_world = &shm_group;
   if (group.size() != 2) {
     if (group.rank() == 0)

@@ -14,17 +14,17 @@ class Transports {
 
   /// The group a comm backend runs on: `transports.group<typename Comm::backend>()`.
   template <class Backend>
-  const mpp::ProcessGroup& group() const {
+  const mpp::Group<Backend>& group() const {
     if constexpr (std::is_same_v<Backend, mpp::Shm>)
       return shm_;
     else
       return gloo_;
   }
-  const mpp::ProcessGroup& gloo() const { return gloo_; }
+  const mpp::Group<mpp::Gloo>& gloo() const { return gloo_; }
 
  private:
-  mpp::ProcessGroup gloo_;
-  mpp::ProcessGroup shm_;
+  mpp::Group<mpp::Gloo> gloo_;
+  mpp::Group<mpp::Shm> shm_;
 };
 
 }  // namespace mpp::bench

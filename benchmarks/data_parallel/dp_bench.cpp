@@ -49,10 +49,10 @@ constexpr Config compute_bound{"compute_h1024_b128", 1024, 128, 12};
 constexpr int warmup_steps = 3;
 
 const mpp::bench::Transports* transports = nullptr;
-const mpp::ProcessGroup* world = nullptr;  // over Gloo
+const mpp::Group<mpp::Gloo>* world = nullptr;  // over Gloo
 
 template <class Backend>
-const mpp::ProcessGroup& group_for() {
+const mpp::Group<Backend>& group_for() {
   return transports->group<Backend>();
 }
 

@@ -61,10 +61,10 @@ constexpr int P = 2;
 constexpr int warmup_steps = 3;
 
 const mpp::bench::Transports* transports = nullptr;
-const mpp::ProcessGroup* world = nullptr;  // over Gloo
+const mpp::Group<mpp::Gloo>* world = nullptr;  // over Gloo
 
 template <class Backend>
-const mpp::ProcessGroup& group_of() {
+const mpp::Group<Backend>& group_of() {
   return transports->group<Backend>();
 }
 

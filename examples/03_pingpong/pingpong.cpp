@@ -73,7 +73,7 @@ int run(int argc, char** argv) {
 
   // [quote:join]
   // Join the call: who am I (rank), how many are we (world size)?
-  mpp::ProcessGroup world = mpp::init_process_group();
+  mpp::Group<mpp::Gloo> world = mpp::init_process_group();
   // [/quote:join]
   const mpp::Environment env = mpp::environment();
   char host[256] = {};

@@ -14,7 +14,7 @@
 namespace {
 
 template <int P, class Backend>
-void run(const mpp::ProcessGroup& world, const lab::Options& o) {
+void run(const mpp::Group<Backend>& world, const lab::Options& o) {
   // [quote:pipeline]
   mpp::Pipeline<mpp::Uniform<P>, mpp::Naive, mpp::Blocking<Backend>> pipe(world,
                                                                           mpp::MlpModel{o.model});

@@ -27,7 +27,7 @@ struct Row {
 };
 
 template <int P, int M, class Backend>
-void train(const mpp::ProcessGroup& world, const Options& o, std::vector<Row>& rows) {
+void train(const mpp::Group<Backend>& world, const Options& o, std::vector<Row>& rows) {
   // [quote:train]
   mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, mpp::Async<Backend>> pipe(world,
                                                                           mpp::MlpModel{o.model});
@@ -84,7 +84,7 @@ void plot(const std::vector<Row>& rows, const Options& o, const std::string& tra
 std::string plot_path;  // --plot
 
 template <int P, class Backend>
-void run(const mpp::ProcessGroup& world, const Options& o) {
+void run(const mpp::Group<Backend>& world, const Options& o) {
   if (world.rank() == 0)
     std::printf(
         "    M | bubble  | predicted  | +latency | samples/s   | rank 0 peak  | in flight\n");

@@ -23,7 +23,7 @@ using lab::Options;
 using lab::train;
 
 template <int P, class Backend>
-void run(const mpp::ProcessGroup& world, const Options& o) {
+void run(const mpp::Group<Backend>& world, const Options& o) {
   // [quote:pair]
   using Comm = mpp::Async<Backend>;
   const auto gpipe = train<mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, Comm>>(world, o);

@@ -16,7 +16,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "mpp/comm/process_group.hpp"
+#include "mpp/comm/init.hpp"
 #include "mpp/data_parallel.hpp"
 #include "mpp/models/mlp.hpp"
 #include "mpp/util/blas.hpp"
@@ -28,8 +28,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 template <class DP>
-int train(const mpp::ProcessGroup& world, const mpp::models::MlpConfig& cfg,
-          std::int64_t dataset_size, std::int64_t global_batch, int epochs) {
+int train(const mpp::Group<typename DP::comm_type::backend>& world,
+          const mpp::models::MlpConfig& cfg, std::int64_t dataset_size, std::int64_t global_batch,
+          int epochs) {
   // [quote:replica]
   // Each rank builds its replica with its own seed: the broadcast inside NaiveDP fixes that.
   auto model = mpp::models::make_full_mlp(

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "mpp/comm/process_group.hpp"
+#include "mpp/comm/init.hpp"
 #include "mpp/data_parallel.hpp"
 #include "mpp/models/mlp.hpp"
 #include "mpp/trace/plot.hpp"

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "mpp/comm/init.hpp"
 #include "mpp/data_parallel/hybrid.hpp"
 #include "mpp/data_parallel/replicas.hpp"
 #include "mpp/data_parallel/sampler.hpp"

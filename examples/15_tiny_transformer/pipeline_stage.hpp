@@ -28,7 +28,7 @@ struct StageHandle {
 };
 
 template <class Pipe>
-StageHandle make_stage(const mpp::ProcessGroup& group,
+StageHandle make_stage(const mpp::Group<typename Pipe::comm_type::backend>& group,
                        const mpp::models::TinyTransformerLayers& layers) {
   auto pipe = std::make_shared<Pipe>(group, layers);
   StageHandle s;

@@ -30,7 +30,7 @@
 #include "loss_curve.hpp"
 #include "mpp/checkpoint/checkpoint.hpp"
 #include "mpp/checkpoint/sharded.hpp"
-#include "mpp/comm/process_group.hpp"
+#include "mpp/comm/init.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/data_parallel/sampler.hpp"
 #include "mpp/models/char_corpus.hpp"
@@ -169,7 +169,7 @@ int main(int argc, char** argv) try {
   // a launcher that starts several copies would have them train separate models into the same
   // files, so that is refused.
   // [quote:processes]
-  std::optional<mpp::ProcessGroup> group;
+  std::optional<mpp::Group<mpp::Gloo>> group;
   if (opt.ddp || opt.pipeline) {
     group = mpp::init_process_group();
   } else if (const char* ws = std::getenv("WORLD_SIZE"); ws && std::atoi(ws) > 1) {

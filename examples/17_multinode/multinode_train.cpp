@@ -37,7 +37,7 @@
 #include <thread>
 
 #include "mpp/checkpoint/checkpoint.hpp"
-#include "mpp/comm/process_group.hpp"
+#include "mpp/comm/init.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/models/mlp.hpp"
 #include "mpp/partition/uniform.hpp"
@@ -199,7 +199,7 @@ int train(const Settings& s, const mpp::ProcessGroup& world, torch::nn::Module& 
 }
 
 /// Data parallel: every rank holds the whole model and takes its slice of each global batch.
-int train_ddp(const Settings& s, const mpp::ProcessGroup& world) {
+int train_ddp(const Settings& s, const mpp::Group<mpp::Gloo>& world) {
   const int rank = world.rank(), size = world.size();
   if (s.batch % size != 0)
     throw std::invalid_argument("mpp-job: --batch " + std::to_string(s.batch) +
@@ -270,7 +270,7 @@ void write_timeline(const Settings& s, const mpp::ProcessGroup& world, const Pip
 }
 
 /// Pipeline parallel: one stage per rank (4 ranks), 1F1B over 4 micro-batches.
-int train_pipeline(const Settings& s, const mpp::ProcessGroup& world, int node_rank) {
+int train_pipeline(const Settings& s, const mpp::Group<mpp::Gloo>& world, int node_rank) {
   using Pipe = mpp::Pipeline<mpp::Uniform<4>, mpp::OneFOneB<4>, mpp::Async<mpp::Gloo>>;
   Pipe pipe(world, mpp::MlpModel{{s.hidden, s.layers, 42}});
   torch::nn::Sequential stage = pipe.pieces().front().module;  // shares the stage's layers

@@ -53,7 +53,8 @@ struct MeanSquaredError {
 };
 
 template <class Pipe>
-mpp::RunFigures train(const mpp::ProcessGroup& world, const Options& o) {
+mpp::RunFigures train(const mpp::Group<typename Pipe::comm_type::backend>& world,
+                      const Options& o) {
   Pipe pipe(world, mpp::MlpModel{o.model});
   torch::optim::Adam adam(pipe.parameters(), 1e-3);
   auto batch = [&](int step) { return mpp::models::make_regression_batch(o.model, o.batch, step); };
@@ -99,8 +100,8 @@ inline void print_row(const char* name, const mpp::RunFigures& run) {
 }
 
 /// Trains First then Second (every rank), and prints the comparison on the rank holding reports.
-template <class First, class Second>
-void compare(const mpp::ProcessGroup& world, const Options& o, const Comparison& c) {
+template <class First, class Second, class World>
+void compare(const World& world, const Options& o, const Comparison& c) {
   const auto first = train<First>(world, o);
   const auto second = train<Second>(world, o);
   if (!second.report) return;
@@ -143,29 +144,29 @@ int run_lab(int argc, char** argv, const char* lab, const char* description, Run
 
   at::set_num_threads(1);
   const bool gloo = o.transport == "gloo";
-  auto world = gloo ? mpp::init_process_group<mpp::Gloo>() : mpp::init_process_group<mpp::Shm>();
-  if (world.rank() == 0)
-    std::printf(
-        "%s\n%s: %d ranks over %s, %d x Linear(%lld), batch %lld %s\n\n",
-        mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(), lab,
-        world.size(), gloo ? "Gloo" : "Shm", o.model.layers, static_cast<long long>(o.model.hidden),
-        static_cast<long long>(o.batch),
-        batching ? batching : ("in " + std::to_string(micro_batches) + " micro-batches").c_str());
-  auto over = [&](auto ranks) {
-    if (gloo)
-      run(world, o, ranks, Transport<mpp::Gloo>{});
-    else
-      run(world, o, ranks, Transport<mpp::Shm>{});
+  // Each transport's world is a group of its own type (mpp::Group<Gloo>, mpp::Group<Shm>): the
+  // pipelines' comm policies take the group of their backend.
+  auto start = [&](auto transport) {
+    using Backend = typename decltype(transport)::backend;
+    auto world = mpp::init_process_group<Backend>();
+    if (world.rank() == 0)
+      std::printf(
+          "%s\n%s: %d ranks over %s, %d x Linear(%lld), batch %lld %s\n\n",
+          mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str(), lab,
+          world.size(), std::string(Backend::name).c_str(), o.model.layers,
+          static_cast<long long>(o.model.hidden), static_cast<long long>(o.batch),
+          batching ? batching : ("in " + std::to_string(micro_batches) + " micro-batches").c_str());
+    // One binary for 2 and 4 ranks: each size's pipelines are compiled (and proven) separately,
+    // and the world's size picks one; any other size is refused with the list.
+    try {
+      mpp::with_stages<2, 4>(world.size(), [&](auto ranks) { run(world, o, ranks, transport); });
+    } catch (const mpp::WorldSizeError& error) {
+      if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", lab, error.what());
+      return 2;
+    }
+    return 0;
   };
-  // One binary for 2 and 4 ranks: each size's pipelines are compiled (and proven) separately,
-  // and the world's size picks one; any other size is refused with the list.
-  try {
-    mpp::with_stages<2, 4>(world.size(), over);
-  } catch (const mpp::WorldSizeError& error) {
-    if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", lab, error.what());
-    return 2;
-  }
-  return 0;
+  return gloo ? start(Transport<mpp::Gloo>{}) : start(Transport<mpp::Shm>{});
 }
 
 /// run_lab under lab::guarded_main: any other error the library throws (a time-out, a peer that

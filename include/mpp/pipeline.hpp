@@ -1,5 +1,7 @@
 #pragma once
-// Pipeline<Stages, Schedule, Comm>, micro-batching and the executor.
+// Pipeline<Stages, Schedule, Comm>, micro-batching and the executor, and joining the job
+// (init_process_group) to run one.
+#include "mpp/comm/init.hpp"
 #include "mpp/partition.hpp"
 #include "mpp/pipeline/executor.hpp"
 #include "mpp/pipeline/gather.hpp"

@@ -41,7 +41,7 @@ bool same(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && at::equal(a, b);
 }
 
-mpp::ProcessGroup join() {
+mpp::Group<mpp::Gloo> join() {
   torch::set_num_threads(1);
   return mpp::init_process_group();
 }

@@ -497,7 +497,7 @@ MPP_TEST_WORKER("shm_two_hosts") {
 namespace {
 
 template <class Comm>
-torch::nn::Sequential train_ddp(const mpp::ProcessGroup& group, const mpp::models::MlpConfig& cfg,
+torch::nn::Sequential train_ddp(const auto& group, const mpp::models::MlpConfig& cfg,
                                 std::size_t bucket_bytes) {
   auto seeded = cfg;
   seeded.seed = cfg.seed + static_cast<std::uint64_t>(group.rank());  // the broadcast fixes it
@@ -554,12 +554,14 @@ MPP_TEST_WORKER("shm_ddp") {
   for (std::size_t i = 0; i < blocking->parameters().size(); ++i)
     expect(at::allclose(blocking->parameters()[i], reference->parameters()[i], 1e-5, 1e-6),
            "DDP<Blocking<Shm>>");
-  // a Shm policy given a Gloo group is refused with the fix
+  // A Shm policy given the Gloo world does not compile (tests/comm/compile_fail); a handle whose
+  // type does not say its backend is refused with the fix where it becomes a Group<Shm>.
   try {
     auto model = mpp::models::make_full_mlp(cases[0].cfg);
-    mpp::DDP<mpp::Async<mpp::Shm>> wrong(*model, world);
+    const mpp::ProcessGroup& erased = world;
+    mpp::DDP<mpp::Async<mpp::Shm>> wrong(*model, mpp::group_cast<mpp::Shm>(erased));
     return 1;
-  } catch (const std::invalid_argument& e) {
+  } catch (const mpp::InvalidArgument& e) {
     expect(contains(e.what(), "init_process_group<Shm>()"), e.what());
   }
   std::printf("rank %d: DDP over Shm equals DDP over Gloo\n", world.rank());

@@ -50,15 +50,12 @@ inline WorldOptions bounded(int seconds, std::vector<std::pair<std::string, std:
   return o;
 }
 
-inline mpp::ShmProcessGroup& shm_of(const mpp::ProcessGroup& group) {
-  auto* shm = dynamic_cast<mpp::ShmProcessGroup*>(&group.c10d_group());
-  if (shm == nullptr)
-    throw std::runtime_error("not a Shm group: " + std::string(group.backend_name()));
-  return *shm;
+inline mpp::ShmProcessGroup& shm_of(const mpp::Group<mpp::Shm>& group) {
+  return group.backend_group();
 }
 
 /// In a worker: prints the segment's name for check_no_segment_left.
-inline void print_segment(const mpp::ProcessGroup& group) {
+inline void print_segment(const mpp::Group<mpp::Shm>& group) {
   std::printf("segment=%s\n", shm_of(group).segment_name().c_str());
   std::fflush(stdout);
 }

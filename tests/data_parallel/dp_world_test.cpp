@@ -16,7 +16,7 @@
 
 #include "../support/worker.hpp"
 #include "../support/world.hpp"
-#include "mpp/comm/process_group.hpp"
+#include "mpp/comm/init.hpp"
 #include "mpp/data_parallel.hpp"
 #include "mpp/models/mlp.hpp"
 
@@ -84,7 +84,7 @@ void require_identical(torch::nn::Sequential& model, const mpp::ProcessGroup& gr
 
 /// Trains a replica (seeded differently on every rank: the broadcast must fix that) with `Sync`.
 template <class MakeSync, class AfterBackward>
-torch::nn::Sequential train_replica(const mpp::ProcessGroup& group, MakeSync make_sync,
+torch::nn::Sequential train_replica(const auto& group, MakeSync make_sync,
                                     AfterBackward after_backward) {
   auto model =
       mpp::models::make_full_mlp(small_config(100 + static_cast<std::uint64_t>(group.rank())));

@@ -13,6 +13,7 @@
 
 #include "../support/worker.hpp"
 #include "../support/world.hpp"
+#include "mpp/comm/init.hpp"
 #include "mpp/data_parallel/hybrid.hpp"
 #include "mpp/data_parallel/replicas.hpp"
 #include "mpp/models/mlp.hpp"
@@ -29,7 +30,7 @@ at::Tensor mse(const at::Tensor& out, const at::Tensor& target) {
 }
 
 template <class Pipe>
-void check_hybrid(const mpp::ProcessGroup& world, const std::string& name) {
+void check_hybrid(const auto& world, const std::string& name) {
   mpp::DataPipelineMesh mesh(world, 2);
   mpp::DataParallelPipeline<Pipe> hybrid(mesh, mpp::MlpModel{config});
   torch::optim::SGD opt(hybrid.parameters(), learning_rate);

@@ -27,7 +27,7 @@
 #include "../support/worker.hpp"
 #include "../support/world.hpp"
 #include "mpp/checkpoint/sharded_optimizer.hpp"
-#include "mpp/comm/process_group.hpp"
+#include "mpp/comm/init.hpp"
 #include "mpp/data_parallel.hpp"
 #include "mpp/models/mlp.hpp"
 
@@ -61,8 +61,8 @@ torch::nn::Sequential train_reference() {
 /// DDP + ShardedOptimizer<Adam> over `group`, replicas seeded differently on every rank.
 /// With `to_owners`, DDP reduce-scatters each gradient to the rank that steps it.
 template <class Comm>
-void train_and_check(const mpp::ProcessGroup& group, torch::nn::Sequential& reference,
-                     const std::string& what, bool to_owners = false) {
+void train_and_check(const auto& group, torch::nn::Sequential& reference, const std::string& what,
+                     bool to_owners = false) {
   auto model =
       mpp::models::make_full_mlp(small_config(100 + static_cast<std::uint64_t>(group.rank())));
   mpp::ShardedOptimizer<torch::optim::Adam, Comm> opt(*model, group,
@@ -172,10 +172,13 @@ MPP_TEST_WORKER("zero_refused") {
   auto group = mpp::init_process_group();
   int caught = 0;
   auto model = mpp::models::make_full_mlp(small_config(100));
+  // Given `group` itself, ShardedOptimizer<..., Async<Shm>> does not compile (a Group<Gloo>);
+  // a handle whose type does not say its backend is checked where it becomes a Group<Shm>.
+  const mpp::ProcessGroup erased = group;
   try {
     mpp::ShardedOptimizer<torch::optim::Adam, mpp::Async<mpp::Shm>> opt(
-        *model, group, torch::optim::AdamOptions(1e-3));
-  } catch (const std::invalid_argument& e) {
+        *model, mpp::group_cast<mpp::Shm>(erased), torch::optim::AdamOptions(1e-3));
+  } catch (const mpp::InvalidArgument& e) {
     std::printf("backend: %s\n", e.what());
     ++caught;
   }
@@ -198,7 +201,7 @@ struct ShardedRun {
   std::unique_ptr<mpp::DDP<Comm>> ddp;
   std::unique_ptr<mpp::ShardedOptimizer<torch::optim::AdamW, Comm>> opt;
 
-  ShardedRun(const mpp::ProcessGroup& group, std::uint64_t seed)
+  ShardedRun(const mpp::Group<mpp::Shm>& group, std::uint64_t seed)
       : model(mpp::models::make_full_mlp(small_config(seed))) {
     ddp = std::make_unique<mpp::DDP<Comm>>(*model, group, mpp::DdpOptions{.bucket_bytes = 1000});
     opt = std::make_unique<mpp::ShardedOptimizer<torch::optim::AdamW, Comm>>(
@@ -227,7 +230,7 @@ void expect_same_parameters(torch::nn::Sequential& a, torch::nn::Sequential& b,
 }
 
 /// The refusal every rank must report for a checkpoint that rank 0 spoiled with `spoil`.
-void expect_refused(const mpp::ProcessGroup& group, const std::filesystem::path& dir,
+void expect_refused(const mpp::Group<mpp::Shm>& group, const std::filesystem::path& dir,
                     const std::function<void()>& spoil, const std::string& part) {
   group.barrier();
   if (group.rank() == 0) spoil();
@@ -388,14 +391,16 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("ShardedOptimizer refuses a group of another backend and different models, by name") {
+TEST_CASE(
+    "A Gloo group cast to Shm for ShardedOptimizer, and different models, are refused by name") {
   auto world = mpp::test::run_world(2, "zero_refused", bounded(60));
   REQUIRE_MESSAGE(world.ok(), world.report());
   for (int r = 0; r < 2; ++r) {
     const auto& out = world.output(r);
     CAPTURE(out);
-    CHECK(out.find("backend: mpp: ShardedOptimizer<..., Async<Shm>> was given a Gloo process "
-                   "group; create it with init_process_group<Shm>()") != std::string::npos);
+    CHECK(out.find("backend: mpp: group_cast<Shm>: the group runs Gloo; create it with "
+                   "init_process_group<Shm>() or world.new_group<Shm>(ranks)") !=
+          std::string::npos);
     CHECK(out.find("structure: mpp: ShardedOptimizer needs the same model on every rank") !=
           std::string::npos);
   }

@@ -14,7 +14,7 @@
 #include "../support/worker.hpp"
 #include "../support/world.hpp"
 #include "mpp/checkpoint/sharded.hpp"
-#include "mpp/comm/process_group.hpp"
+#include "mpp/comm/init.hpp"
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/data_parallel/sampler.hpp"
 #include "mpp/models/char_corpus.hpp"

@@ -3,7 +3,7 @@
 // larger than posted aborts the process, a smaller one is half-filled), so the pipeline sends a
 // fixed-size shape header first and the receiver checks it before posting the activations'
 // receive. Here rank 0 plays a broken or foreign stage 0 and writes the header link by hand;
-// rank 1 runs a real 2-stage pipeline and must exit with a pipeline_error naming what it got.
+// rank 1 runs a real 2-stage pipeline and must exit with a PipelineError naming what it got.
 #include <doctest/doctest.h>
 
 #include <ATen/ops/full.h>
@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "mpp/comm/process_group.hpp"
+#include "mpp/comm/init.hpp"
 #include "mpp/partition/uniform.hpp"
 #include "mpp/pipeline/pipeline.hpp"
 #include "mpp/schedule/policies.hpp"

@@ -56,5 +56,5 @@ TEST_CASE("a rank outside the partition is rejected") {
   CHECK_THROWS_WITH_AS(
       mpp::build_local_pieces<mpp::Uniform<2>>(model, 2, 1),
       "mpp: rank 2 is not a stage of Uniform<2> (2 stages); launch 2 ranks per pipeline",
-      mpp::partition_error);
+      mpp::PartitionError);
 }

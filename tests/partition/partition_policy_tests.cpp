@@ -69,10 +69,10 @@ TEST_CASE("Explicit<n...> takes the sizes as given and checks they cover the mod
   CHECK_THROWS_WITH_AS(
       Sizes5443::split(equal_costs(12), 1),
       "mpp: Explicit<5,4,4,3> covers 16 layers but the model has 12; make the sizes sum to 12",
-      mpp::partition_error);
+      mpp::PartitionError);
   CHECK_THROWS_WITH_AS(Sizes544::split(equal_costs(13), 2),
                        doctest::Contains("not a multiple of 2 chunks per rank"),
-                       mpp::partition_error);
+                       mpp::PartitionError);
 }
 
 TEST_CASE("more stages than layers is rejected with the fix") {
@@ -80,11 +80,11 @@ TEST_CASE("more stages than layers is rejected with the fix") {
       mpp::Uniform<4>::split(equal_costs(3), 1),
       "mpp: Uniform<4> cuts the model into 4 pieces but the model has only 3 layers; every "
       "piece needs at least one layer: use fewer stages or chunks, or a deeper model",
-      mpp::partition_error);
+      mpp::PartitionError);
   CHECK_THROWS_WITH_AS(
       mpp::ByParams<4>::split(equal_costs(7), 2),
       doctest::Contains("(4 stages x 2 chunks per rank) but the model has only 7 layers"),
-      mpp::partition_error);
+      mpp::PartitionError);
 }
 
 TEST_CASE("ByParams<P> balances parameter counts, and equals Uniform on equal layers") {

@@ -49,7 +49,7 @@ inline mpp::models::MlpConfig test_model() {
 
 /// Trains the pipeline and, on the same process, the monolith; returns what differs ("" if none).
 template <class Pipe>
-std::string compare_with_monolith(const mpp::ProcessGroup& world) {
+std::string compare_with_monolith(const auto& world) {
   const auto cfg = test_model();
   Pipe pipe(world, mpp::MlpModel{cfg});
   torch::optim::SGD opt(pipe.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));

@@ -28,16 +28,16 @@ TEST_CASE("micro-batching errors name the rule and the fix") {
       mpp::plan_micro_batches(5, 8, "GPipe<8>"),
       "mpp: GPipe<8> splits each batch into 8 micro-batches but the batch has only 5 samples; "
       "use a batch of at least 8 samples or fewer micro-batches",
-      mpp::micro_batch_error);
+      mpp::MicroBatchError);
   CHECK_THROWS_WITH_AS(
       mpp::plan_micro_batches(10, 4, "Interleaved1F1B<4,2>", true),
       "mpp: Interleaved1F1B<4,2> needs equal micro-batches but a batch of 10 samples does not "
       "split into 4; use a batch that is a multiple of 4",
-      mpp::micro_batch_error);
+      mpp::MicroBatchError);
   const auto plan = mpp::plan_micro_batches(10, 4, "GPipe<4>");
   CHECK_THROWS_WITH_AS(mpp::split_micro_batches(torch::zeros({9, 2}), plan),
                        doctest::Contains("has 9 samples but the plan is for 10"),
-                       mpp::micro_batch_error);
+                       mpp::MicroBatchError);
 }
 
 TEST_CASE("size-weighted chunk losses equal the full-batch mean, value and gradient") {

@@ -54,7 +54,7 @@ static_assert(mpp::layered_model<MisfitModel>);
 const mpp::models::MlpConfig small{.hidden = 16, .layers = 12, .seed = 5};
 
 template <class Pipe, class Model>
-void train_once(const mpp::ProcessGroup& world, const Model& model, std::int64_t batch_size,
+void train_once(const auto& world, const Model& model, std::int64_t batch_size,
                 c10::ScalarType input_dtype = c10::kFloat) {
   Pipe pipe(world, model);
   const auto batch = mpp::models::make_regression_batch(small, batch_size, 0);

@@ -44,7 +44,7 @@ static_assert(mpp::layered_model<DropoutMlp>);
 /// Two steps; prints the losses, a checksum of every gradient's bytes, and the generator's next
 /// draw (which recomputing must not have moved).
 template <class Pipe>
-void train_and_print(const mpp::ProcessGroup& world, const char* label, int seed = 7) {
+void train_and_print(const auto& world, const char* label, int seed = 7) {
   Pipe pipe(world, DropoutMlp{});
   std::string line = label;
   for (int step = 0; step < 2; ++step) {

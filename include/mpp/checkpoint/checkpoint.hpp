@@ -32,11 +32,13 @@
 #include <string>
 #include <vector>
 
+#include "mpp/error.hpp"
+
 namespace mpp::checkpoint {
 
 /// Every refusal to load (or failure to write) a checkpoint.
-struct CheckpointError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct CheckpointError : RuntimeError {
+  using RuntimeError::RuntimeError;
 };
 
 /// The manifest's "format": a reader refuses any other.

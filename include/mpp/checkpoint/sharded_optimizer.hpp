@@ -31,6 +31,7 @@
 #include "mpp/checkpoint/checkpoint.hpp"
 #include "mpp/checkpoint/sharded.hpp"
 #include "mpp/data_parallel/sharded_optimizer.hpp"
+#include "mpp/error.hpp"
 
 namespace mpp::checkpoint {
 
@@ -45,10 +46,10 @@ nlohmann::json sharding_json(const torch::nn::Module& model,
   const auto named = ::mpp::detail::named_parameters(model, /*trainable_only=*/true);
   const auto& owner = opt.plan().owner;
   if (named.size() != owner.size())
-    throw std::invalid_argument("mpp: this module has " + std::to_string(named.size()) +
-                                " trainable parameters but the ShardedOptimizer was built over " +
-                                std::to_string(owner.size()) +
-                                "; pass the module the optimizer was built with");
+    throw InvalidArgument("mpp: this module has " + std::to_string(named.size()) +
+                          " trainable parameters but the ShardedOptimizer was built over " +
+                          std::to_string(owner.size()) +
+                          "; pass the module the optimizer was built with");
   nlohmann::json names = nlohmann::json::array();
   for (const auto& p : named) names.push_back(p.name);
   return {{"ranks", opt.group().size()}, {"parameters", names}, {"owners", owner}};

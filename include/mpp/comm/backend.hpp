@@ -102,8 +102,12 @@ struct CommOptions {
   }
 };
 
-/// How backend tag B becomes a c10d process group: its `c10d_name`, the Gloo `device()` to use
-/// and `make()`, which connects the group. Specialised per backend.
+/// How backend tag B becomes a c10d process group: its `c10d_name`, the c10d `group_type`, the
+/// Gloo `device()` to use and `make()`, which connects the group. Specialised per backend. A
+/// backend that does a collective its own way says so here, and every group over it finds it
+/// (detail::backend_ops): `all_gather_runs(pg, flat, runs)` and `reduce_scatter_runs(pg, flat,
+/// runs, op)`, which returns no work for what it does not reduce itself. Without them a group
+/// runs both through all-reduce.
 template <comm_backend B>
 struct backend_traits;
 
@@ -112,6 +116,8 @@ template <>
 struct backend_traits<Gloo> {
   /// The name c10d knows the backend by.
   static constexpr std::string_view c10d_name = "gloo";
+  /// The c10d group make() returns (Group<Gloo>::backend_group()).
+  using group_type = c10d::ProcessGroupGloo;
 
   /// Loopback when every rank shares this host; otherwise the interface named in the options,
   /// or the address this host uses to reach MASTER_ADDR.
@@ -143,6 +149,8 @@ template <>
 struct backend_traits<Nccl> {
   /// The name c10d knows the backend by.
   static constexpr std::string_view c10d_name = "nccl";
+  /// The c10d group make() returns (Group<Nccl>::backend_group()).
+  using group_type = c10d::ProcessGroupNCCL;
   /// No Gloo device: NCCL picks its own transport.
   static std::shared_ptr<::gloo::transport::Device> device(const Environment&, const CommOptions&) {
     return nullptr;

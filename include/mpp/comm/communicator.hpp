@@ -17,7 +17,8 @@
 //    actions of neighbours so that they never both send first.
 //  * Async<B>: send/recv are posted and return pending Requests; receives can be posted ahead
 //    of time. The executor waits each one before it uses the buffer and at the end of the step.
-// The choice is made at compile time (`if constexpr`); there is no virtual call of our own.
+// The choice is made at compile time (`if constexpr`); there is no virtual call of our own. The
+// group's backend is the policy's by type: Communicator<Async<Shm>> takes a Group<Shm>.
 #include <vector>
 
 #include "mpp/comm/policy.hpp"
@@ -56,13 +57,16 @@ class Communicator {
   /// True under rendezvous semantics (`Blocking<B>`): send() and recv() return completed Requests.
   static constexpr bool blocking = C::semantics == CommSemantics::rendezvous;
 
-  /// Wraps `group`; throws std::invalid_argument unless it was created over C's backend.
-  explicit Communicator(ProcessGroup group) : group_(std::move(group)) {
-    require_backend<C>(group_, "Communicator<" + comm_display_name<C>() + ">");
+  /// Wraps `group`, a group of C's backend.
+  explicit Communicator(Group<backend> group) : group_(std::move(group)) {}
+  /// A group of another backend (or one whose type does not say it) does not compile.
+  template <other_group<backend> Given>
+  explicit Communicator(Given&&) {
+    reject_group<backend, Given>();
   }
 
   /// The underlying process group.
-  const ProcessGroup& group() const { return group_; }
+  const Group<backend>& group() const { return group_; }
   /// This rank in the group, in [0, size()).
   int rank() const { return group_.rank(); }
   /// Number of ranks in the group.
@@ -108,7 +112,7 @@ class Communicator {
   void barrier() const { group_.barrier(); }
 
  private:
-  ProcessGroup group_;
+  Group<backend> group_;
 };
 
 }  // namespace mpp

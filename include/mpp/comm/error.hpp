@@ -6,14 +6,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "mpp/error.hpp"
+
 namespace mpp {
 
 /// The launch environment is missing a variable or holds contradictory ones.
-class EnvironmentError : public std::runtime_error {
+class EnvironmentError : public RuntimeError {
  public:
   /// `variable` is the variable at fault; `message` is what what() returns.
   EnvironmentError(std::string variable, const std::string& message)
-      : std::runtime_error(message), variable_(std::move(variable)) {}
+      : RuntimeError(message), variable_(std::move(variable)) {}
   /// The variable at fault (e.g. "WORLD_SIZE").
   const std::string& variable() const noexcept { return variable_; }
 
@@ -22,12 +24,12 @@ class EnvironmentError : public std::runtime_error {
 };
 
 /// A communication operation failed (peer gone, rendezvous refused, bad argument to c10d).
-class CommError : public std::runtime_error {
+class CommError : public RuntimeError {
  public:
   /// `operation` and `peer` as operation() and peer() report them; `message` is what what()
   /// returns.
   CommError(std::string operation, int peer, const std::string& message)
-      : std::runtime_error(message), operation_(std::move(operation)), peer_(peer) {}
+      : RuntimeError(message), operation_(std::move(operation)), peer_(peer) {}
   /// What was being done: "send", "recv", "all_reduce", "init", ...
   const std::string& operation() const noexcept { return operation_; }
   /// The peer's rank in the group used, or -1 for a collective (the whole group is the peer).

@@ -77,311 +77,15 @@
 
 #include "mpp/comm/backend.hpp"
 #include "mpp/comm/error.hpp"
+#include "mpp/comm/owned_runs.hpp"
 #include "mpp/comm/policy.hpp"
 #include "mpp/comm/shm_mailbox.hpp"
+#include "mpp/comm/shm_reduce.hpp"
 #include "mpp/comm/shm_segment.hpp"
+#include "mpp/comm/shm_work.hpp"
+#include "mpp/error.hpp"
 
 namespace mpp {
-
-namespace detail::shm {
-
-using RedOp = c10d::ReduceOp::RedOpType;
-
-/// What the worker runs.
-enum class Kind { all_reduce, all_gather, reduce_scatter };
-
-inline const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::all_gather:
-      return "all_gather";
-    case Kind::reduce_scatter:
-      return "reduce_scatter";
-    default:
-      return "all_reduce";
-  }
-}
-
-inline std::string op_text(RedOp op) {
-  switch (op) {
-    case RedOp::SUM:
-      return "sum";
-    case RedOp::AVG:
-      return "avg";
-    case RedOp::PRODUCT:
-      return "product";
-    case RedOp::MIN:
-      return "min";
-    case RedOp::MAX:
-      return "max";
-    default:
-      return "op " + std::to_string(static_cast<int>(op));
-  }
-}
-
-inline std::string tag_text(const ChunkTag& t) {
-  std::string text =
-      std::string(kind_name(static_cast<Kind>(t.kind))) + " #" + std::to_string(t.op) + " of " +
-      c10::toString(static_cast<at::ScalarType>(t.dtype)) + "[" + std::to_string(t.numel) + "]";
-  if (t.reduce >= 0) text += " " + op_text(static_cast<RedOp>(t.reduce));
-  if (static_cast<Kind>(t.kind) != Kind::all_reduce)
-    text += " (owned runs " + std::to_string(t.runs) + ")";
-  return text;
-}
-
-/// A hash of the runs, compared across ranks (FNV-1a).
-inline std::uint64_t runs_hash(const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) {
-  std::uint64_t h = 1469598103934665603ULL;
-  auto mix = [&](std::int64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= static_cast<std::uint64_t>(v >> (8 * i)) & 0xff;
-      h *= 1099511628211ULL;
-    }
-  };
-  for (const auto& [offset, numel] : runs) {
-    mix(offset);
-    mix(numel);
-  }
-  return h;
-}
-
-/// A flat tensor of `numel` elements seen chunk by chunk, with every rank's run ({offset, numel}
-/// per rank): what all_gather_runs and reduce_scatter_runs both work with.
-struct RunsByChunk {
-  const std::vector<std::pair<std::int64_t, std::int64_t>>& runs;
-  std::int64_t numel;
-  std::int64_t per_chunk;
-  std::int64_t lo(std::size_t c) const { return static_cast<std::int64_t>(c) * per_chunk; }
-  std::int64_t hi(std::size_t c) const { return std::min(lo(c) + per_chunk, numel); }
-  /// Rank q's run inside chunk c as [begin, end) elements of the tensor (empty: begin >= end).
-  std::pair<std::int64_t, std::int64_t> part(int q, std::size_t c) const {
-    const auto [offset, count] = runs[static_cast<std::size_t>(q)];
-    return {std::max(lo(c), offset), std::min(hi(c), offset + count)};
-  }
-};
-
-// ---- reductions -----------------------------------------------------------------------------
-
-template <class T, class F>
-void combine(T* out, const T* a, const T* b, std::size_t n, F f) {
-  for (std::size_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
-}
-
-template <class T>
-void fold(T* out, const std::vector<const T*>& in, std::size_t n, RedOp op) {
-  auto apply = [&](auto f) {
-    combine(out, in[0], in[1], n, f);
-    for (std::size_t q = 2; q < in.size(); ++q) combine(out, out, in[q], n, f);
-  };
-  switch (op) {
-    case RedOp::SUM:
-    case RedOp::AVG:
-      apply([](T a, T b) { return a + b; });
-      break;
-    case RedOp::PRODUCT:
-      apply([](T a, T b) { return a * b; });
-      break;
-    case RedOp::MIN:
-      apply([](T a, T b) { return b < a ? b : a; });
-      break;
-    case RedOp::MAX:
-      apply([](T a, T b) { return a < b ? b : a; });
-      break;
-    default:
-      throw std::logic_error("mpp: Shm reduction of an unsupported op");
-  }
-  if (op == RedOp::AVG) {
-    const T ranks = static_cast<T>(in.size());
-    for (std::size_t i = 0; i < n; ++i) out[i] = out[i] / ranks;
-  }
-}
-
-/// Reduces `n` elements of every rank's slot (in rank order) into `out`. bfloat16 is widened to
-/// float32 and rounded once at the end, as Gloo's path in mpp does.
-inline void reduce_chunk(at::ScalarType dtype, RedOp op, void* out,
-                         const std::vector<const char*>& in, std::size_t n,
-                         std::vector<float>& scratch) {
-  if (n == 0) return;
-  switch (dtype) {
-    case at::kFloat: {
-      std::vector<const float*> p;
-      for (auto* s : in) p.push_back(reinterpret_cast<const float*>(s));
-      fold(static_cast<float*>(out), p, n, op);
-      return;
-    }
-    case at::kDouble: {
-      std::vector<const double*> p;
-      for (auto* s : in) p.push_back(reinterpret_cast<const double*>(s));
-      fold(static_cast<double*>(out), p, n, op);
-      return;
-    }
-    case at::kBFloat16: {
-      scratch.resize(n * in.size());
-      std::vector<const float*> p;
-      for (std::size_t q = 0; q < in.size(); ++q) {
-        const auto* src = reinterpret_cast<const c10::BFloat16*>(in[q]);
-        float* wide = scratch.data() + q * n;
-        for (std::size_t i = 0; i < n; ++i) wide[i] = static_cast<float>(src[i]);
-        p.push_back(wide);
-      }
-      float* acc = scratch.data();  // overwrites rank 0's widened copy, element by element
-      fold(acc, p, n, op);
-      auto* dst = static_cast<c10::BFloat16*>(out);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = c10::BFloat16(acc[i]);
-      return;
-    }
-    default:
-      throw std::logic_error("mpp: Shm reduction of an unsupported dtype");
-  }
-}
-
-/// What the worker is blocked on, for the message of a caller whose wait runs out first.
-struct Progress {
-  std::mutex mutex;
-  std::uint64_t running = 0;  // the collective being executed (0: none)
-  const char* running_kind = "all_reduce";
-  std::string waiting;  // set while the worker sleeps on peers
-
-  std::string describe(std::uint64_t number) {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::string s;
-    if (running != 0 && running < number)
-      s = "it has not started: " + std::string(running_kind) + " #" + std::to_string(running) +
-          " before it is still running";
-    else
-      s = "it is running";
-    if (!waiting.empty()) s += " (" + waiting + ")";
-    return s;
-  }
-};
-
-}  // namespace detail::shm
-
-namespace detail {
-
-/// What all_gather_runs needs, on every backend: a flat contiguous tensor and one run
-/// {offset, numel} per rank, the runs tiling the tensor. Throws std::invalid_argument naming
-/// the first thing wrong.
-inline void check_owned_runs(const at::Tensor& flat,
-                             const std::vector<std::pair<std::int64_t, std::int64_t>>& runs,
-                             int ranks, const std::string& call = "all_gather_runs") {
-  if (!flat.defined() || flat.layout() != at::kStrided || flat.dim() != 1 ||
-      !flat.is_contiguous() || flat.is_conj() || flat.is_neg())
-    throw std::invalid_argument(
-        "mpp: " + call + " needs a flat contiguous tensor (got " +
-        (flat.defined()
-             ? std::to_string(flat.dim()) + " dimensions" +
-                   (flat.is_contiguous() ? "" : ", not contiguous") +
-                   (flat.is_conj() || flat.is_neg() ? ", a lazy conjugate or negative view" : "")
-             : std::string("an undefined tensor")) +
-        "); pass tensor.view(-1), or resolve_conj() / resolve_neg() first");
-  if (runs.size() != static_cast<std::size_t>(ranks))
-    throw std::invalid_argument("mpp: " + call + " needs one run per rank of the group (" +
-                                std::to_string(ranks) + "), got " + std::to_string(runs.size()));
-  auto sorted = runs;
-  std::sort(sorted.begin(), sorted.end());
-  std::int64_t covered = 0;
-  for (const auto& [offset, numel] : sorted) {
-    if (numel < 0 || offset != covered)
-      throw std::invalid_argument(
-          "mpp: " + call + ": the runs must tile the tensor of " + std::to_string(flat.numel()) +
-          " elements without gaps or overlaps; element " + std::to_string(covered) + " is " +
-          (offset > covered ? "owned by no rank" : "owned twice") +
-          " (runs are {offset, numel} per rank)");
-    covered += numel;
-  }
-  if (covered != flat.numel())
-    throw std::invalid_argument("mpp: " + call + ": the runs cover " + std::to_string(covered) +
-                                " of the tensor's " + std::to_string(flat.numel()) + " elements");
-}
-
-}  // namespace detail
-
-/// The Work of a Shm all-reduce or all-gather (or of a barrier queued behind them): completed by
-/// the group's worker thread. Its wait() names what the worker waits for when the caller's deadline
-/// passes.
-class ShmWork : public c10d::Work {
- public:
-  /// Made by ShmProcessGroup: work `number` in the group's submission order; `progress` is where
-  /// the worker reports what it waits for.
-  ShmWork(int rank, c10d::OpType type, std::uint64_t number,
-          std::shared_ptr<detail::shm::Progress> progress)
-      : c10d::Work(rank, type), number_(number), progress_(std::move(progress)) {}
-
-  /// Waits until the worker has completed it and rethrows the worker's error; past `timeout` throws
-  /// std::runtime_error naming what the worker waits for.
-  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (timeout == ::kNoTimeout) {
-      cv_.wait(lock, [&] { return completed_; });
-    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      lock.unlock();
-      throw std::runtime_error(
-          "mpp: " + std::string(barrier_ ? "barrier after " : "") + detail::shm::kind_name(kind_) +
-          " #" + std::to_string(number_) + " over shared memory timed out after " +
-          detail::shm::duration_text(timeout) + ": " + progress_->describe(number_));
-    }
-    if (exception_) std::rethrow_exception(exception_);
-    return true;
-  }
-
-  /// Its place in the group's submission order (1 for the first collective; a barrier carries the
-  /// number of the collective queued before it).
-  std::uint64_t number() const { return number_; }
-
- private:
-  friend class ShmProcessGroup;
-  void complete(std::exception_ptr error) { finish(std::move(error)); }
-
-  std::uint64_t number_;
-  std::shared_ptr<detail::shm::Progress> progress_;
-  // what to run
-  bool barrier_ = false;
-  c10d::BarrierOptions barrier_options_;
-  at::Tensor data_;    // contiguous: the caller's tensor, or a staging copy of it
-  at::Tensor target_;  // the caller's tensor when data_ is a staging copy
-  detail::shm::RedOp op_ = detail::shm::RedOp::SUM;
-  detail::shm::Kind kind_ = detail::shm::Kind::all_reduce;
-  std::vector<std::pair<std::int64_t, std::int64_t>> runs_;  // every rank's run (all-gather,
-                                                             // reduce-scatter)
-};
-
-/// The Work of Shm sends and receives (a broadcast is several): waiting makes progress on the
-/// group's rings (shm_mailbox.hpp). A receive into a non-contiguous tensor lands in a contiguous
-/// one and is copied over when the wait returns.
-class ShmMailWork : public c10d::Work {
- public:
-  /// Made by ShmProcessGroup: the sends and receives `ops` posted on `mailbox`. A wait without a
-  /// timeout is bounded by `default_timeout`; `target`, when defined, is the caller's
-  /// non-contiguous tensor the first receive is copied into.
-  ShmMailWork(int rank, c10d::OpType type, std::shared_ptr<detail::shm::Mailbox> mailbox,
-              std::vector<std::shared_ptr<detail::shm::MailOp>> ops,
-              std::chrono::milliseconds default_timeout, at::Tensor target = {})
-      : c10d::Work(rank, type),
-        mailbox_(std::move(mailbox)),
-        ops_(std::move(ops)),
-        default_timeout_(default_timeout),
-        target_(std::move(target)) {}
-
-  /// Non-blocking: whether every send and receive is done (moves the rings along).
-  bool isCompleted() override { return done_ || mailbox_->test(ops_); }
-
-  /// Without a timeout (c10d's kNoTimeout), the group's deadline applies.
-  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
-    if (done_) return true;
-    mailbox_->wait(ops_, timeout == ::kNoTimeout ? default_timeout_ : timeout);
-    done_ = true;
-    if (target_.defined()) target_.copy_(ops_.front()->tensor);
-    target_ = at::Tensor();
-    return true;
-  }
-
- private:
-  std::shared_ptr<detail::shm::Mailbox> mailbox_;
-  std::vector<std::shared_ptr<detail::shm::MailOp>> ops_;
-  std::chrono::milliseconds default_timeout_;
-  at::Tensor target_;
-  bool done_ = false;
-};
 
 /// How a ShmProcessGroup is laid out and waits; every rank of a group passes the same.
 struct ShmOptions {
@@ -411,15 +115,15 @@ class ShmProcessGroup : public c10d::ProcessGroup {
         timeout_(timeout),
         progress_(std::make_shared<detail::shm::Progress>()) {
     if (options.buffers < 2 || options.buffers > detail::shm::max_buffers)
-      throw std::invalid_argument("mpp: Shm::buffers must be between 2 and " +
-                                  std::to_string(detail::shm::max_buffers) + " (got " +
-                                  std::to_string(options.buffers) + ")");
+      throw InvalidArgument("mpp: Shm::buffers must be between 2 and " +
+                            std::to_string(detail::shm::max_buffers) + " (got " +
+                            std::to_string(options.buffers) + ")");
     if (options.chunk_bytes < 4096 || options.chunk_bytes % 64 != 0)
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "mpp: Shm::chunk_bytes must be a multiple of 64 and at least 4096 (got " +
           std::to_string(options.chunk_bytes) + ")");
     if (options.ring_bytes < 4096 || options.ring_bytes % 64 != 0)
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "mpp: Shm::ring_bytes must be a multiple of 64 and at least 4096 (got " +
           std::to_string(options.ring_bytes) + ")");
     if (size > 1) {
@@ -517,9 +221,8 @@ class ShmProcessGroup : public c10d::ProcessGroup {
       const at::Tensor& flat, std::vector<std::pair<std::int64_t, std::int64_t>> runs) {
     detail::check_owned_runs(flat, runs, size_);
     if (!flat.device().is_cpu())
-      throw std::invalid_argument(
-          "mpp: all_gather_runs over shared memory needs a CPU tensor (got " + flat.device().str() +
-          ")");
+      throw InvalidArgument("mpp: all_gather_runs over shared memory needs a CPU tensor (got " +
+                            flat.device().str() + ")");
     auto work =
         c10::make_intrusive<ShmWork>(rank_, c10d::OpType::ALLGATHER, ++submitted_, progress_);
     work->kind_ = detail::shm::Kind::all_gather;
@@ -547,7 +250,7 @@ class ShmProcessGroup : public c10d::ProcessGroup {
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
     if (!handles(one, opts))
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "mpp: reduce_scatter_runs over shared memory takes a CPU float, double or bfloat16 "
           "tensor on 2 or more ranks and sum, avg, product, min or max (got " +
           std::string(c10::toString(flat.scalar_type())) + " on " + flat.device().str() +
@@ -662,7 +365,7 @@ class ShmProcessGroup : public c10d::ProcessGroup {
   }
   /// Not supported over Shm: throws std::invalid_argument.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
-    throw std::invalid_argument(
+    throw InvalidArgument(
         "mpp: a receive from any source is not supported over Shm; name the sender (recv(tensor, "
         "src, tag))");
   }
@@ -696,8 +399,7 @@ class ShmProcessGroup : public c10d::ProcessGroup {
                                              const char* op) {
     if (tensors.size() != 1 || !tensors.front().defined() || !tensors.front().device().is_cpu() ||
         tensors.front().is_sparse())
-      throw std::invalid_argument(std::string("mpp: ") + op +
-                                  " over Shm takes one dense CPU tensor");
+      throw InvalidArgument(std::string("mpp: ") + op + " over Shm takes one dense CPU tensor");
     return tensors.front();
   }
 
@@ -751,9 +453,9 @@ class ShmProcessGroup : public c10d::ProcessGroup {
             progress_->running_kind = detail::shm::kind_name(work->kind_);
           }
           if (!failure_.empty())
-            throw std::runtime_error("mpp: " + name(*work) +
-                                     " over shared memory was not run: an earlier one failed (" +
-                                     failure_ + ")");
+            throw RuntimeError("mpp: " + name(*work) +
+                               " over shared memory was not run: an earlier one failed (" +
+                               failure_ + ")");
           if (work->kind_ == detail::shm::Kind::all_gather)
             all_gather(*work);
           else if (work->kind_ == detail::shm::Kind::reduce_scatter)
@@ -811,12 +513,12 @@ class ShmProcessGroup : public c10d::ProcessGroup {
       }
       const auto now = detail::shm::Clock::now();
       if (stopping_)
-        throw std::runtime_error("mpp: " + name(work) +
-                                 " over shared memory was abandoned: the process group was "
-                                 "destroyed while waiting for rank(s) " +
-                                 detail::shm::rank_list(missing));
+        throw RuntimeError("mpp: " + name(work) +
+                           " over shared memory was abandoned: the process group was "
+                           "destroyed while waiting for rank(s) " +
+                           detail::shm::rank_list(missing));
       if (now >= deadline)
-        throw std::runtime_error(
+        throw RuntimeError(
             "mpp: " + name(work) + " over shared memory timed out: rank(s) " +
             detail::shm::rank_list(missing) + " did not " + verb + " " + where + " within " +
             detail::shm::duration_text(timeout_) +
@@ -826,10 +528,10 @@ class ShmProcessGroup : public c10d::ProcessGroup {
         next_check = now + milliseconds(100);
         for (int q : missing)
           if (watchable_[static_cast<std::size_t>(q)] && detail::shm::process_gone(block(q).pid))
-            throw std::runtime_error("mpp: " + name(work) + " over shared memory: rank " +
-                                     std::to_string(q) + " (process " +
-                                     std::to_string(block(q).pid) + ") exited before it could " +
-                                     verb + " " + where + "; look at its log");
+            throw RuntimeError("mpp: " + name(work) + " over shared memory: rank " +
+                               std::to_string(q) + " (process " + std::to_string(block(q).pid) +
+                               ") exited before it could " + verb + " " + where +
+                               "; look at its log");
       }
       auto& word = (block(missing.front()).*which).value;
       const std::uint32_t seen = word.load(std::memory_order_acquire);
@@ -895,7 +597,7 @@ class ShmProcessGroup : public c10d::ProcessGroup {
         const auto& theirs = block(q).tag[k % depth];
         if (theirs.op != tag.op || theirs.numel != tag.numel || theirs.dtype != tag.dtype ||
             theirs.reduce != tag.reduce || theirs.runs != tag.runs || theirs.kind != tag.kind)
-          throw std::runtime_error(
+          throw RuntimeError(
               "mpp: " + std::string(detail::shm::kind_name(work.kind_)) +
               " over shared memory: rank " + std::to_string(q) + " called " +
               detail::shm::tag_text(theirs) + " while rank " + std::to_string(rank_) + " called " +
@@ -1047,6 +749,28 @@ template <>
 struct backend_traits<Shm> {
   /// The name the group reports (getBackendName()).
   static constexpr std::string_view c10d_name = "mpp-shm";
+  /// The c10d group make() returns (Group<Shm>::backend_group()).
+  using group_type = ShmProcessGroup;
+
+  /// Every rank's run of `flat` to every rank, through the segment: each run copied in once by its
+  /// owner and out once by the others. `pg` is a group this backend made.
+  static c10::intrusive_ptr<c10d::Work> all_gather_runs(
+      c10d::ProcessGroup& pg, const at::Tensor& flat,
+      const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) {
+    return static_cast<ShmProcessGroup&>(pg).all_gather_runs(flat, runs);
+  }
+
+  /// Each rank's own run of the reduction, through the segment; no work (the caller all-reduces)
+  /// for a dtype or op the segment does not reduce. `pg` is a group this backend made.
+  static c10::intrusive_ptr<c10d::Work> reduce_scatter_runs(
+      c10d::ProcessGroup& pg, const at::Tensor& flat,
+      const std::vector<std::pair<std::int64_t, std::int64_t>>& runs, c10d::ReduceOp op) {
+    auto& shm = static_cast<ShmProcessGroup&>(pg);
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = op;
+    if (!shm.handles({flat}, opts)) return {};
+    return shm.reduce_scatter_runs(flat, runs, op);
+  }
 
   /// The inner Gloo group's device: loopback, since the ranks share this host.
   static std::shared_ptr<::gloo::transport::Device> device(const Environment& env,

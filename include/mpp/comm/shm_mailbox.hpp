@@ -40,6 +40,7 @@
 
 #include "mpp/comm/error.hpp"
 #include "mpp/comm/shm_segment.hpp"
+#include "mpp/error.hpp"
 
 namespace mpp::detail::shm {
 
@@ -220,7 +221,7 @@ class Mailbox {
           next_check = now + milliseconds(100);
           check_peers_alive(ops);
         }
-        if (now >= deadline) throw std::runtime_error(timeout_text(ops, timeout));
+        if (now >= deadline) throw RuntimeError(timeout_text(ops, timeout));
       }
       me.sleepers.fetch_add(1, std::memory_order_seq_cst);
       const auto left = deadline - Clock::now();
@@ -251,11 +252,10 @@ class Mailbox {
   std::shared_ptr<MailOp> make_op(bool is_send, const at::Tensor& tensor, int peer,
                                   MessageKind kind, int tag) const {
     if (peer < 0 || peer >= size_ || peer == rank_)
-      throw std::invalid_argument("mpp: Shm point-to-point peer " + std::to_string(peer) +
-                                  " must be another rank of this group of " +
-                                  std::to_string(size_));
+      throw InvalidArgument("mpp: Shm point-to-point peer " + std::to_string(peer) +
+                            " must be another rank of this group of " + std::to_string(size_));
     if (!tensor.is_contiguous())
-      throw std::logic_error("mpp: Shm point-to-point needs a contiguous tensor");
+      throw LogicError("mpp: Shm point-to-point needs a contiguous tensor");
     auto op = std::make_shared<MailOp>();
     op->is_send = is_send;
     op->peer = peer;
@@ -269,10 +269,10 @@ class Mailbox {
 
   void fail_if_broken(const MailOp& op) const {
     if (!broken_.empty())
-      throw std::runtime_error("mpp: " + op.describe() +
-                               " over shared memory was not started: an earlier point-to-point "
-                               "operation of this group failed (" +
-                               broken_ + ")");
+      throw RuntimeError("mpp: " + op.describe() +
+                         " over shared memory was not started: an earlier point-to-point "
+                         "operation of this group failed (" +
+                         broken_ + ")");
   }
 
   RankBlock& block(int q) const {
@@ -298,7 +298,7 @@ class Mailbox {
 
   static void rethrow(const std::vector<std::shared_ptr<MailOp>>& ops) {
     for (const auto& op : ops)
-      if (!op->error.empty()) throw std::runtime_error(op->error);
+      if (!op->error.empty()) throw RuntimeError(op->error);
   }
 
   /// Publishes this rank's CPU; true if a peer that an incomplete op waits for last ran on it.
@@ -397,10 +397,10 @@ class Mailbox {
         MessageHeader h;
         std::memcpy(&h, data + read % capacity, sizeof(h));
         if (h.check != (message_check ^ in.number) || h.bytes < 0)
-          throw std::runtime_error("mpp: the shared-memory ring from rank " + std::to_string(q) +
-                                   " is corrupt (message " + std::to_string(in.number + 1) +
-                                   " has no valid header); the ranks do not run the same "
-                                   "build, or memory was overwritten");
+          throw RuntimeError("mpp: the shared-memory ring from rank " + std::to_string(q) +
+                             " is corrupt (message " + std::to_string(in.number + 1) +
+                             " has no valid header); the ranks do not run the same "
+                             "build, or memory was overwritten");
         read += sizeof(h);
         begin_message(q, in, h);
       }
@@ -528,7 +528,7 @@ class Mailbox {
           "; look at its log";
       broken_ = why;
       fail_everything(why);
-      throw std::runtime_error(why);
+      throw RuntimeError(why);
     }
   }
 

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "mpp/data_parallel/buckets.hpp"
+#include "mpp/error.hpp"
 
 namespace mpp {
 
@@ -120,7 +121,7 @@ class BucketedGradients {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       auto acc = torch::autograd::impl::grad_accumulator(params_[i].tensor);
       if (!acc)
-        throw std::invalid_argument(
+        throw InvalidArgument(
             "mpp: DDP parameter '" + params_[i].name +
             "' is not a leaf that requires grad; pass only trainable leaf parameters");
       hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(this, i)));
@@ -163,9 +164,9 @@ class BucketedGradients {
     }
     if (ready_[i]) {
       reset_step();
-      throw std::logic_error("mpp: DDP parameter '" + params_[i].name +
-                             "' received a gradient twice in one backward pass; call backward once "
-                             "per step, or use no_sync() for the extra passes");
+      throw LogicError("mpp: DDP parameter '" + params_[i].name +
+                       "' received a gradient twice in one backward pass; call backward once "
+                       "per step, or use no_sync() for the extra passes");
     }
     ready_[i] = true;
     if (!grad_in_bucket(i)) {
@@ -256,7 +257,7 @@ class BucketedGradients {
       if (missed_on[static_cast<std::size_t>(r)])
         where += (where.empty() ? "" : ", ") + std::to_string(r);
     reset_step();
-    throw std::runtime_error(
+    throw RuntimeError(
         "mpp: DDP parameter(s) " + names + " got no gradient in this backward pass" +
         (where.empty() ? std::string() : " on rank(s) [" + where + "] of the DDP group") + failure +
         "; every trainable parameter must take part in the loss on every rank (freeze unused "

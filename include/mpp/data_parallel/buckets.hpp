@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "mpp/error.hpp"
+
 namespace mpp {
 
 /// PyTorch's default bucket cap (bucket_cap_mb = 25).
@@ -47,7 +49,7 @@ struct BucketPlan {
 /// Buckets in reverse registration order, each capped at `cap_bytes` (at least one parameter).
 inline BucketPlan plan_buckets(std::span<const GradSpec> params, std::size_t cap_bytes) {
   if (cap_bytes == 0)
-    throw std::invalid_argument(
+    throw InvalidArgument(
         "mpp: DDP bucket cap must be at least 1 byte (got 0); "
         "use e.g. mpp::default_bucket_bytes (25 MiB)");
   BucketPlan plan;

@@ -27,6 +27,7 @@
 #include "mpp/data_parallel/bucketed_gradients.hpp"
 #include "mpp/data_parallel/buckets.hpp"
 #include "mpp/data_parallel/replicas.hpp"
+#include "mpp/error.hpp"
 
 namespace mpp {
 
@@ -59,9 +60,9 @@ inline std::vector<OwnedRuns> owned_runs(const BucketPlan& plan, const std::vect
                                          int ranks) {
   for (std::size_t i = 0; i < owners.size(); ++i)
     if (owners[i] < 0 || owners[i] >= ranks)
-      throw std::invalid_argument("mpp: DdpOptions::gradient_owners[" + std::to_string(i) +
-                                  "] = " + std::to_string(owners[i]) +
-                                  " is not a rank of this group of " + std::to_string(ranks));
+      throw InvalidArgument("mpp: DdpOptions::gradient_owners[" + std::to_string(i) +
+                            "] = " + std::to_string(owners[i]) +
+                            " is not a rank of this group of " + std::to_string(ranks));
   std::vector<OwnedRuns> out;
   for (const auto& bucket : plan.buckets) {
     OwnedRuns runs(static_cast<std::size_t>(ranks), {0, 0});
@@ -75,7 +76,7 @@ inline std::vector<OwnedRuns> owned_runs(const BucketPlan& plan, const std::vect
       const int o = owners[bucket.params[s]];
       if (o == current) continue;
       if (seen[static_cast<std::size_t>(o)])
-        throw std::invalid_argument(
+        throw InvalidArgument(
             "mpp: DdpOptions::gradient_owners gives rank " + std::to_string(o) +
             " parameters that are not side by side (each rank must own one contiguous range of "
             "parameters in registration order, as ShardedOptimizer's plan() does)");
@@ -142,14 +143,20 @@ class DistributedDataParallel {
   /// is reduced inside its hook.
   using comm_type = Comm;
 
+  /// A group of another backend than Comm's (or one whose type does not say it) does not compile.
+  template <other_group<typename Comm::backend> Given>
+  DistributedDataParallel(torch::nn::Module&, Given&&, DdpOptions = {}) {
+    reject_group<typename Comm::backend, Given>();
+  }
+
   /// Attaches to `module`'s trainable parameters (those with requires_grad) on every rank of
   /// `group`. A collective: every rank constructs its DDP at the same point.
-  DistributedDataParallel(torch::nn::Module& module, ProcessGroup group, DdpOptions options = {})
+  DistributedDataParallel(torch::nn::Module& module, Group<typename Comm::backend> group,
+                          DdpOptions options = {})
       : group_(group), options_(options) {
-    require_backend<Comm>(group_, "DDP<" + comm_display_name<Comm>() + ">");
     auto params = detail::named_parameters(module, /*trainable_only=*/true);
     if (params.empty())
-      throw std::invalid_argument("mpp: DDP needs a module with at least one trainable parameter");
+      throw InvalidArgument("mpp: DDP needs a module with at least one trainable parameter");
     check_same_structure(params, group_, "DDP");
     if (options.broadcast_parameters) broadcast_parameters(module, group_);
     const auto count = params.size();
@@ -158,7 +165,7 @@ class DistributedDataParallel {
                                        detail::GroupBucketLauncher<Comm>{group_, {}, {}, {}});
     if (!options.gradient_owners.empty()) {
       if (options.gradient_owners.size() != count)
-        throw std::invalid_argument(
+        throw InvalidArgument(
             "mpp: DdpOptions::gradient_owners has " +
             std::to_string(options.gradient_owners.size()) + " entries but the module has " +
             std::to_string(count) +
@@ -194,7 +201,7 @@ class DistributedDataParallel {
   /// How the trainable parameters were cut into buckets.
   const BucketPlan& buckets() const { return engine_->plan(); }
   /// The data-parallel group.
-  const ProcessGroup& group() const { return group_; }
+  const Group<typename Comm::backend>& group() const { return group_; }
   /// The options it was built with.
   const DdpOptions& options() const { return options_; }
 
@@ -208,7 +215,7 @@ class DistributedDataParallel {
 
  private:
   using Engine = detail::BucketedGradients<detail::GroupBucketLauncher<Comm>>;
-  ProcessGroup group_;
+  Group<typename Comm::backend> group_;
   DdpOptions options_;
   std::unique_ptr<Engine> engine_;  // on the heap: hooks point at it, DDP itself may move
 };

@@ -17,20 +17,30 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "mpp/data_parallel/mesh.hpp"
 #include "mpp/data_parallel/naive_dp.hpp"
+#include "mpp/error.hpp"
 #include "mpp/pipeline.hpp"
 
 namespace mpp {
 
 /// DP x PP: one PipelineT per replica of a DataPipelineMesh; after each step every stage's
-/// gradients are averaged over its data group with GradComm.
-template <class PipelineT, comm_policy GradComm = Blocking<Gloo>>
+/// gradients are averaged over its data group with GradComm (by default blocking, over the
+/// pipeline's backend). The mesh's groups, the pipeline's and GradComm share one backend.
+template <class PipelineT, comm_policy GradComm = Blocking<typename PipelineT::comm_type::backend>>
 class DataParallelPipeline {
  public:
+  /// The backend of the mesh, the pipeline and the gradient reduction.
+  using backend = typename PipelineT::comm_type::backend;
+  static_assert(std::is_same_v<typename GradComm::backend, backend>,
+                "mpp: DataParallelPipeline<PipelineT, GradComm>: GradComm's backend must be the "
+                "pipeline's, since both run over the groups of one mesh; use "
+                "Blocking<B> or Async<B> with the B of the pipeline's comm policy");
+
   /// The Pipeline type of every replica.
   using pipeline_type = PipelineT;
   /// Pipeline ranks per replica (the mesh's pipeline degree).
@@ -39,7 +49,7 @@ class DataParallelPipeline {
   /// A collective over the mesh's world. The mesh's pipeline degree must be the pipeline's
   /// number of stages.
   template <class Model>
-  DataParallelPipeline(const DataPipelineMesh& mesh, const Model& model)
+  DataParallelPipeline(const DataPipelineMesh<backend>& mesh, const Model& model)
       : mesh_(&mesh),
         pipe_(checked_group(mesh), model),
         grads_(stage_parameters(pipe_), mesh.data_group()) {}
@@ -61,18 +71,18 @@ class DataParallelPipeline {
   /// This replica's pipeline.
   PipelineT& pipeline() { return pipe_; }
   /// The mesh it was built on; it is kept by reference and must outlive this object.
-  const DataPipelineMesh& mesh() const { return *mesh_; }
+  const DataPipelineMesh<backend>& mesh() const { return *mesh_; }
   /// Time spent averaging gradients across replicas since construction.
   double grad_sync_seconds() const { return grads_.comm_seconds(); }
 
  private:
-  static ProcessGroup checked_group(const DataPipelineMesh& mesh) {
+  static Group<backend> checked_group(const DataPipelineMesh<backend>& mesh) {
     if (mesh.pipeline_degree() != stages)
-      throw std::invalid_argument("mpp: " + PipelineT::name() + " has " + std::to_string(stages) +
-                                  " stages but the DP x PP mesh was cut into pipelines of " +
-                                  std::to_string(mesh.pipeline_degree()) +
-                                  " ranks; build the mesh with pipeline degree " +
-                                  std::to_string(stages));
+      throw InvalidArgument("mpp: " + PipelineT::name() + " has " + std::to_string(stages) +
+                            " stages but the DP x PP mesh was cut into pipelines of " +
+                            std::to_string(mesh.pipeline_degree()) +
+                            " ranks; build the mesh with pipeline degree " +
+                            std::to_string(stages));
     return mesh.pipeline_group();
   }
 
@@ -86,7 +96,7 @@ class DataParallelPipeline {
     return params;
   }
 
-  const DataPipelineMesh* mesh_;
+  const DataPipelineMesh<backend>* mesh_;
   PipelineT pipe_;
   NaiveDP<GradComm, Coalesced> grads_;
 };

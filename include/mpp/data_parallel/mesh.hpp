@@ -15,21 +15,26 @@
 #include <vector>
 
 #include "mpp/comm/process_group.hpp"
+#include "mpp/error.hpp"
 
 namespace mpp {
 
 /// The ranks of the world cut into DP x PP: pipeline groups of consecutive ranks, and per stage the
-/// data group of the ranks that run it in every replica.
+/// data group of the ranks that run it in every replica, all over the world's backend.
+template <comm_backend Backend>
 class DataPipelineMesh {
  public:
+  /// The backend of the world and of every group of the mesh.
+  using backend = Backend;
+
   /// A collective over `world`: every rank builds the mesh with the same pipeline degree.
-  DataPipelineMesh(const ProcessGroup& world, int pipeline_degree)
+  DataPipelineMesh(const Group<Backend>& world, int pipeline_degree)
       : pipeline_degree_(pipeline_degree) {
     if (pipeline_degree < 1)
-      throw std::invalid_argument("mpp: DP x PP mesh needs a pipeline degree >= 1 (got " +
-                                  std::to_string(pipeline_degree) + ")");
+      throw InvalidArgument("mpp: DP x PP mesh needs a pipeline degree >= 1 (got " +
+                            std::to_string(pipeline_degree) + ")");
     if (world.size() % pipeline_degree != 0)
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "mpp: DP x PP mesh needs the world size to be a multiple of the pipeline degree, but " +
           std::to_string(world.size()) + " ranks cannot be cut into pipelines of " +
           std::to_string(pipeline_degree) + " stages; launch a multiple of " +
@@ -60,17 +65,21 @@ class DataPipelineMesh {
   /// Which stage this rank runs in its replica, in [0, pipeline_degree()).
   int stage() const { return stage_; }
   /// The ranks of this rank's pipeline replica (rank i of it runs stage i).
-  const ProcessGroup& pipeline_group() const { return pipeline_group_; }
+  const Group<Backend>& pipeline_group() const { return pipeline_group_; }
   /// The ranks that hold this rank's stage in every replica (rank i of it is in replica i).
-  const ProcessGroup& data_group() const { return data_group_; }
+  const Group<Backend>& data_group() const { return data_group_; }
 
  private:
   int pipeline_degree_;
   int data_degree_ = 1;
   int replica_ = 0;
   int stage_ = 0;
-  ProcessGroup pipeline_group_;
-  ProcessGroup data_group_;
+  Group<Backend> pipeline_group_;
+  Group<Backend> data_group_;
 };
+
+/// `DataPipelineMesh mesh(world, 2)` is a mesh over `world`'s backend.
+template <comm_backend Backend>
+DataPipelineMesh(const Group<Backend>&, int) -> DataPipelineMesh<Backend>;
 
 }  // namespace mpp

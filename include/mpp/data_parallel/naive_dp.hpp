@@ -24,6 +24,7 @@
 #include "mpp/comm/policy.hpp"
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel/replicas.hpp"
+#include "mpp/error.hpp"
 
 namespace mpp {
 
@@ -54,25 +55,30 @@ class NaiveDP {
   /// PerTensor or Coalesced.
   using reduction_type = Reduction;
 
+  /// A group of another backend than Comm's (or one whose type does not say it) does not compile.
+  template <class Params, other_group<typename Comm::backend> Given>
+  NaiveDP(Params&&, Given&&, bool = true) {
+    reject_group<typename Comm::backend, Given>();
+  }
+
   /// A collective: checks that every rank holds the same model, then copies rank 0's weights.
-  NaiveDP(torch::nn::Module& module, ProcessGroup group, bool broadcast = true)
+  NaiveDP(torch::nn::Module& module, Group<typename Comm::backend> group, bool broadcast = true)
       : NaiveDP(detail::named_parameters(module, /*trainable_only=*/true), std::move(group),
                 broadcast) {}
 
   /// The same over any list of parameters, e.g. those of a pipeline stage (DP x PP).
-  NaiveDP(std::vector<NamedTensor> params, ProcessGroup group, bool broadcast = true)
+  NaiveDP(std::vector<NamedTensor> params, Group<typename Comm::backend> group,
+          bool broadcast = true)
       : group_(std::move(group)), params_(std::move(params)) {
-    require_backend<Comm>(group_, "NaiveDP<" + comm_display_name<Comm>() + ">");
     if (params_.empty())
-      throw std::invalid_argument(
-          "mpp: NaiveDP needs a module with at least one trainable parameter");
+      throw InvalidArgument("mpp: NaiveDP needs a module with at least one trainable parameter");
     check_same_structure(params_, group_, "NaiveDP");
     if (broadcast) broadcast_tensors(params_, group_);
     if constexpr (std::same_as<Reduction, Coalesced>) {
       std::int64_t total = 0;
       for (const auto& p : params_) {
         if (p.tensor.scalar_type() != params_.front().tensor.scalar_type())
-          throw std::invalid_argument(
+          throw InvalidArgument(
               "mpp: NaiveDP<..., Coalesced> packs every gradient into one "
               "buffer and needs one dtype, but " +
               detail::describe_param(p) + " differs from " +
@@ -89,10 +95,10 @@ class NaiveDP {
     const auto start = std::chrono::steady_clock::now();
     for (const auto& p : params_)
       if (!p.tensor.grad().defined())
-        throw std::runtime_error("mpp: NaiveDP parameter '" + p.name +
-                                 "' has no gradient; every trainable parameter must take part in "
-                                 "the loss on every rank (freeze unused ones with "
-                                 "requires_grad(false) before building NaiveDP)");
+        throw RuntimeError("mpp: NaiveDP parameter '" + p.name +
+                           "' has no gradient; every trainable parameter must take part in "
+                           "the loss on every rank (freeze unused ones with "
+                           "requires_grad(false) before building NaiveDP)");
     at::NoGradGuard no_grad;
     if constexpr (std::same_as<Reduction, PerTensor>) {
       if constexpr (Comm::semantics == CommSemantics::buffered) {
@@ -122,14 +128,14 @@ class NaiveDP {
   }
 
   /// The data-parallel group.
-  const ProcessGroup& group() const { return group_; }
+  const Group<typename Comm::backend>& group() const { return group_; }
   /// Time spent in sync_gradients() since the last reset.
   double comm_seconds() const { return std::chrono::duration<double>(comm_time_).count(); }
   /// Sets comm_seconds() back to zero.
   void reset_comm_time() { comm_time_ = {}; }
 
  private:
-  ProcessGroup group_;
+  Group<typename Comm::backend> group_;
   std::vector<NamedTensor> params_;
   at::Tensor flat_;
   std::chrono::steady_clock::duration comm_time_{};

@@ -15,14 +15,15 @@
 
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel/bucketed_gradients.hpp"
+#include "mpp/error.hpp"
 
 namespace mpp {
 
 /// The replicas of a data-parallel group are not the same model (names, shapes or dtypes).
-class ReplicaMismatch : public std::runtime_error {
+class ReplicaMismatch : public RuntimeError {
  public:
   /// Takes the message, as std::runtime_error does.
-  using std::runtime_error::runtime_error;
+  using RuntimeError::RuntimeError;
 };
 
 namespace detail {

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "mpp/error.hpp"
+
 namespace mpp {
 
 /// What DistributedSampler does with the last N mod R samples.
@@ -80,21 +82,19 @@ class DistributedSampler {
                      SamplerOptions options = {})
       : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), options_(options) {
     if (num_replicas < 1)
-      throw std::invalid_argument("mpp: DistributedSampler needs num_replicas >= 1 (got " +
-                                  std::to_string(num_replicas) +
-                                  "); pass the data-parallel world size");
+      throw InvalidArgument("mpp: DistributedSampler needs num_replicas >= 1 (got " +
+                            std::to_string(num_replicas) + "); pass the data-parallel world size");
     if (rank < 0 || rank >= num_replicas)
-      throw std::invalid_argument("mpp: DistributedSampler rank " + std::to_string(rank) +
-                                  " is outside [0, " + std::to_string(num_replicas) +
-                                  "); pass the rank within the data-parallel group");
+      throw InvalidArgument("mpp: DistributedSampler rank " + std::to_string(rank) +
+                            " is outside [0, " + std::to_string(num_replicas) +
+                            "); pass the rank within the data-parallel group");
     const auto replicas = static_cast<std::size_t>(num_replicas);
     per_rank_ = options.remainder == Remainder::pad ? (dataset_size + replicas - 1) / replicas
                                                     : dataset_size / replicas;
     if (per_rank_ == 0 && dataset_size > 0)
-      throw std::invalid_argument(
-          "mpp: DistributedSampler with Remainder::drop leaves no sample for " +
-          std::to_string(num_replicas) + " ranks out of " + std::to_string(dataset_size) +
-          "; use Remainder::pad or fewer ranks");
+      throw InvalidArgument("mpp: DistributedSampler with Remainder::drop leaves no sample for " +
+                            std::to_string(num_replicas) + " ranks out of " +
+                            std::to_string(dataset_size) + "; use Remainder::pad or fewer ranks");
   }
 
   /// Reshuffle for a new epoch: call it on every rank with the same epoch before iterating,

@@ -41,6 +41,7 @@
 #include "mpp/comm/policy.hpp"
 #include "mpp/comm/process_group.hpp"
 #include "mpp/data_parallel/replicas.hpp"
+#include "mpp/error.hpp"
 
 namespace mpp {
 
@@ -57,7 +58,7 @@ struct ShardPlan {
 /// at the parameter boundary nearest to (r + 1) / ranks of the total. A rank may own nothing
 /// when there are fewer parameters than ranks.
 inline ShardPlan plan_shards(const std::vector<std::int64_t>& bytes, int ranks) {
-  if (ranks < 1) throw std::invalid_argument("mpp: plan_shards needs at least one rank");
+  if (ranks < 1) throw InvalidArgument("mpp: plan_shards needs at least one rank");
   ShardPlan plan;
   plan.owner.assign(bytes.size(), ranks - 1);
   plan.bytes_of_rank.assign(static_cast<std::size_t>(ranks), 0);
@@ -90,16 +91,22 @@ class ShardedOptimizer {
   /// Async posts the gathers of every dtype before waiting for them; Blocking runs them one by one.
   using comm_type = Comm;
 
+  /// A group of another backend than Comm's (or one whose type does not say it) does not compile.
+  template <class Options, other_group<typename Comm::backend> Given>
+  ShardedOptimizer(torch::nn::Module&, Given&&, const Options&) {
+    reject_group<typename Comm::backend, Given>();
+  }
+
   /// Shards `module`'s trainable parameters over the ranks of `group` and builds this rank's
   /// inner optimizer, `Optimizer(its parameters, options)`. A collective: every rank constructs
   /// it at the same point, over the same model (checked; the difference is named otherwise).
   template <class Options>
-  ShardedOptimizer(torch::nn::Module& module, ProcessGroup group, const Options& options)
+  ShardedOptimizer(torch::nn::Module& module, Group<typename Comm::backend> group,
+                   const Options& options)
       : group_(std::move(group)) {
-    require_backend<Comm>(group_, "ShardedOptimizer<..., " + comm_display_name<Comm>() + ">");
     const auto named = detail::named_parameters(module, /*trainable_only=*/true);
     if (named.empty())
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "mpp: ShardedOptimizer needs a module with at least one trainable parameter");
     check_same_structure(named, group_, "ShardedOptimizer");
     std::vector<std::int64_t> bytes;
@@ -152,7 +159,7 @@ class ShardedOptimizer {
   /// Which rank owns which parameter; plan().owner is what DdpOptions::gradient_owners takes.
   const ShardPlan& plan() const { return plan_; }
   /// The data-parallel group.
-  const ProcessGroup& group() const { return group_; }
+  const Group<typename Comm::backend>& group() const { return group_; }
 
  private:
   /// The parameters of one dtype, back to back; `runs[r]` = (offset, numel) of rank r's
@@ -196,7 +203,7 @@ class ShardedOptimizer {
     }
   }
 
-  ProcessGroup group_;
+  Group<typename Comm::backend> group_;
   std::vector<Flat> flats_;
   std::vector<at::Tensor> params_;
   std::vector<at::Tensor> local_;

@@ -14,12 +14,14 @@
 #include <utility>
 #include <vector>
 
+#include "mpp/error.hpp"
+
 namespace mpp::launch {
 
 /// Every launcher error says what was wrong and how to launch correctly.
-class LaunchError : public std::runtime_error {
+class LaunchError : public RuntimeError {
  public:
-  using std::runtime_error::runtime_error;
+  using RuntimeError::RuntimeError;
 };
 
 /// Environment variables as (name, value) pairs, in order.

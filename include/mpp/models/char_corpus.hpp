@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mpp/error.hpp"
 #include "mpp/models/transformer_config.hpp"
 
 namespace mpp::models {
@@ -33,9 +34,9 @@ class CharTokenizer {
   static std::int64_t encode(char c) {
     const auto pos = alphabet.find(c);
     if (pos == std::string_view::npos)
-      throw std::invalid_argument(std::string("mpp: character '") + c +
-                                  "' is not in the corpus alphabet (newline, space, '.', a-z); "
-                                  "use lower-case letters");
+      throw InvalidArgument(std::string("mpp: character '") + c +
+                            "' is not in the corpus alphabet (newline, space, '.', a-z); "
+                            "use lower-case letters");
     return static_cast<std::int64_t>(pos);
   }
   /// The ids of `text`, one per character; throws like encode(char).
@@ -134,8 +135,7 @@ inline void append_sentence(std::string& out, SplitMix64& rng) {
 
 /// `characters` characters of generated text (sentences, five to a line), the same for a seed.
 inline std::string generate_corpus(std::int64_t characters, std::uint64_t seed) {
-  if (characters < 1)
-    throw std::invalid_argument("mpp: generate_corpus needs at least one character");
+  if (characters < 1) throw InvalidArgument("mpp: generate_corpus needs at least one character");
   detail::SplitMix64 rng(seed);
   std::string text;
   text.reserve(static_cast<std::size_t>(characters) + 128);
@@ -157,8 +157,7 @@ class TokenWindows {
   TokenWindows(const std::string& text, std::int64_t sequence_length)
       : tokens_(torch::tensor(CharTokenizer::encode(text), torch::kLong)),
         sequence_length_(sequence_length) {
-    if (sequence_length < 1)
-      throw std::invalid_argument("mpp: TokenWindows needs sequence_length >= 1");
+    if (sequence_length < 1) throw InvalidArgument("mpp: TokenWindows needs sequence_length >= 1");
   }
 
   /// The number of examples: (tokens - 1) / T.
@@ -174,10 +173,10 @@ class TokenWindows {
 
   /// The examples at `indices` (any order, repeats allowed), stacked into one batch.
   Batch batch(const std::vector<std::int64_t>& indices) const {
-    if (indices.empty()) throw std::invalid_argument("mpp: TokenWindows::batch needs indices");
+    if (indices.empty()) throw InvalidArgument("mpp: TokenWindows::batch needs indices");
     auto starts = torch::tensor(indices, torch::kLong);
     if (starts.min().item<std::int64_t>() < 0 || starts.max().item<std::int64_t>() >= size())
-      throw std::out_of_range("mpp: window index outside [0, " + std::to_string(size()) + ")");
+      throw OutOfRange("mpp: window index outside [0, " + std::to_string(size()) + ")");
     auto offsets = torch::arange(sequence_length_ + 1, torch::kLong);
     auto rows = tokens_.index({(starts * sequence_length_).unsqueeze(1) + offsets.unsqueeze(0)});
     using torch::indexing::Slice;

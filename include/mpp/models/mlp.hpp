@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "mpp/error.hpp"
+
 namespace mpp::models {
 
 /// The course MLP's shape and initialisation (see the file comment).
@@ -36,8 +38,8 @@ inline std::uint64_t layer_seed(std::uint64_t seed, int layer) {
 /// Linear layer `index` of the model (same bound as torch.nn.Linear's default init).
 inline torch::nn::Linear make_mlp_linear(const MlpConfig& cfg, int index) {
   if (index < 0 || index >= cfg.layers)
-    throw std::out_of_range("mpp: MLP layer index " + std::to_string(index) + " outside [0, " +
-                            std::to_string(cfg.layers) + ")");
+    throw OutOfRange("mpp: MLP layer index " + std::to_string(index) + " outside [0, " +
+                     std::to_string(cfg.layers) + ")");
   torch::nn::Linear linear(cfg.hidden, cfg.hidden);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(detail::layer_seed(cfg.seed, index));
   const double bound = 1.0 / std::sqrt(static_cast<double>(cfg.hidden));
@@ -50,9 +52,9 @@ inline torch::nn::Linear make_mlp_linear(const MlpConfig& cfg, int index) {
 /// Layers [begin, end) as one Sequential: Linear, then ReLU unless it is the model's last layer.
 inline torch::nn::Sequential make_mlp_layers(const MlpConfig& cfg, int begin, int end) {
   if (begin < 0 || end > cfg.layers || begin >= end)
-    throw std::invalid_argument("mpp: MLP layer range [" + std::to_string(begin) + ", " +
-                                std::to_string(end) + ") is empty or outside the model's " +
-                                std::to_string(cfg.layers) + " layers");
+    throw InvalidArgument("mpp: MLP layer range [" + std::to_string(begin) + ", " +
+                          std::to_string(end) + ") is empty or outside the model's " +
+                          std::to_string(cfg.layers) + " layers");
   torch::nn::Sequential seq;
   for (int i = begin; i < end; ++i) {
     seq->push_back(make_mlp_linear(cfg, i));

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "mpp/error.hpp"
 #include "mpp/models/mlp.hpp"  // detail::layer_seed: the same per-layer seeding as the MLP
 #include "mpp/models/transformer_config.hpp"
 
@@ -77,15 +78,15 @@ class EmbeddingPartImpl : public torch::nn::Module {
   /// dtype or shape, or T > max_position_embeddings.
   torch::Tensor forward(const torch::Tensor& tokens) {
     if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong)
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "mpp: TinyTransformer's embedding takes int64 tokens [batch, time] "
           "(got " +
           std::string(tokens.toString()) + " of dim " + std::to_string(tokens.dim()) + ")");
     const auto time = tokens.size(1);
     if (time > max_positions_)
-      throw std::invalid_argument("mpp: sequence of " + std::to_string(time) +
-                                  " tokens exceeds model.max_position_embeddings (" +
-                                  std::to_string(max_positions_) + "); crop the input");
+      throw InvalidArgument("mpp: sequence of " + std::to_string(time) +
+                            " tokens exceeds model.max_position_embeddings (" +
+                            std::to_string(max_positions_) + "); crop the input");
     auto positions = torch::arange(time, tokens.options());
     auto x = token->forward(tokens) + position->forward(positions).unsqueeze(0);
     return torch::nn::functional::dropout(
@@ -156,8 +157,8 @@ class TransformerBlockImpl : public torch::nn::Module {
   /// outside.
   TransformerBlockImpl(const TransformerConfig& cfg, int part) : dropout_(cfg.dropout) {
     if (part < 1 || part > cfg.num_hidden_layers)
-      throw std::out_of_range("mpp: transformer block part " + std::to_string(part) +
-                              " outside [1, " + std::to_string(cfg.num_hidden_layers) + "]");
+      throw OutOfRange("mpp: transformer block part " + std::to_string(part) + " outside [1, " +
+                       std::to_string(cfg.num_hidden_layers) + "]");
     auto gen = at::make_generator<at::CPUGeneratorImpl>(detail::layer_seed(cfg.seed, part));
     // Residual projections scaled by 1/sqrt(2N) keep the residual stream's variance flat in depth.
     const double residual_std = cfg.initializer_range / std::sqrt(2.0 * cfg.num_hidden_layers);
@@ -238,11 +239,10 @@ class TinyTransformerImpl : public torch::nn::Module {
   TinyTransformerImpl(const TransformerConfig& cfg, int begin_part, int end_part)
       : cfg_(cfg), begin_(begin_part), end_(end_part) {
     if (begin_part < 0 || end_part > num_parts(cfg) || begin_part >= end_part)
-      throw std::invalid_argument("mpp: TinyTransformer part range [" + std::to_string(begin_part) +
-                                  ", " + std::to_string(end_part) +
-                                  ") is empty or outside the model's " +
-                                  std::to_string(num_parts(cfg)) + " parts (embedding, " +
-                                  std::to_string(cfg.num_hidden_layers) + " blocks, head)");
+      throw InvalidArgument("mpp: TinyTransformer part range [" + std::to_string(begin_part) +
+                            ", " + std::to_string(end_part) + ") is empty or outside the model's " +
+                            std::to_string(num_parts(cfg)) + " parts (embedding, " +
+                            std::to_string(cfg.num_hidden_layers) + " blocks, head)");
     for (int part = begin_part; part < end_part; ++part) {
       if (part == 0) {
         chain_->push_back("embed", register_module("embed", EmbeddingPart(cfg)));
@@ -313,7 +313,7 @@ class TokenIdsImpl : public torch::nn::Module {
     auto ids = x.round();
     if (!torch::equal(ids, x) ||
         (x.numel() > 0 && (x.min().item<double>() < 0 || x.max().item<double>() >= (1 << 24))))
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "mpp: token ids given as floats must be whole numbers in "
           "[0, 2^24); pass the token tensor converted with .to(kFloat)");
     return ids.to(torch::kLong);
@@ -376,10 +376,10 @@ inline torch::Tensor language_model_loss(const torch::Tensor& logits,
 inline std::vector<std::int64_t> greedy_generate(TinyTransformer& model,
                                                  std::vector<std::int64_t> prompt, int new_tokens) {
   if (!model->has_embedding() || !model->has_head())
-    throw std::invalid_argument(
+    throw InvalidArgument(
         "mpp: greedy_generate needs the whole TinyTransformer (embedding "
         "and head); gather the stages first");
-  if (prompt.empty()) throw std::invalid_argument("mpp: greedy_generate needs a non-empty prompt");
+  if (prompt.empty()) throw InvalidArgument("mpp: greedy_generate needs a non-empty prompt");
   const bool was_training = model->is_training();
   model->eval();
   torch::NoGradGuard no_grad;

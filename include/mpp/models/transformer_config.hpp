@@ -21,11 +21,13 @@
 #include <string_view>
 #include <vector>
 
+#include "mpp/error.hpp"
+
 namespace mpp::models {
 
 /// Thrown for every problem in a config file; the message names the key and the fix.
-struct ConfigError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct ConfigError : RuntimeError {
+  using RuntimeError::RuntimeError;
 };
 
 /// The architecture: everything a checkpoint must agree with.

@@ -76,7 +76,7 @@ struct ByParams {
   static std::string name() { return "ByParams<" + std::to_string(P) + ">"; }
 
   /// The balanced layer range of each of the P * `chunks_per_rank` pieces, in model order;
-  /// `layer_costs` holds each layer's parameter count. Throws partition_error when a piece would
+  /// `layer_costs` holds each layer's parameter count. Throws PartitionError when a piece would
   /// get no layer or a count is negative.
   static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs,
                                        int chunks_per_rank) {
@@ -84,8 +84,8 @@ struct ByParams {
     detail::check_enough_layers(name(), pieces, chunks_per_rank, layer_costs.size());
     for (std::size_t i = 0; i < layer_costs.size(); ++i)
       if (layer_costs[i] < 0)
-        throw partition_error("mpp: " + name() + " got a negative parameter count for layer " +
-                              std::to_string(i) + "; pass each layer's number of parameters");
+        throw PartitionError("mpp: " + name() + " got a negative parameter count for layer " +
+                             std::to_string(i) + "; pass each layer's number of parameters");
     return detail::balanced_split(layer_costs, pieces);
   }
 };

@@ -3,10 +3,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "mpp/error.hpp"
+
 namespace mpp {
 
-struct partition_error : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
+/// A partition that cannot cut the model as asked (layer counts, stage counts).
+struct PartitionError : InvalidArgument {
+  using InvalidArgument::InvalidArgument;
 };
 
 }  // namespace mpp

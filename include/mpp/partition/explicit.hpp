@@ -42,19 +42,18 @@ struct Explicit {
     return s + ">";
   }
 
-  /// The listed pieces as layer ranges. Throws partition_error when the number of sizes is not a
+  /// The listed pieces as layer ranges. Throws PartitionError when the number of sizes is not a
   /// multiple of `chunks_per_rank` or they do not add up to the model's layers.
   static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs,
                                        int chunks_per_rank) {
     if (chunks_per_rank < 1 || pieces % chunks_per_rank != 0)
-      throw partition_error("mpp: " + name() + " lists " + std::to_string(pieces) +
-                            " sizes, which is not a multiple of " +
-                            std::to_string(chunks_per_rank) +
-                            " chunks per rank; list stages x chunks sizes in model order");
+      throw PartitionError("mpp: " + name() + " lists " + std::to_string(pieces) +
+                           " sizes, which is not a multiple of " + std::to_string(chunks_per_rank) +
+                           " chunks per rank; list stages x chunks sizes in model order");
     if (static_cast<std::size_t>(total_layers) != layer_costs.size())
-      throw partition_error("mpp: " + name() + " covers " + std::to_string(total_layers) +
-                            " layers but the model has " + std::to_string(layer_costs.size()) +
-                            "; make the sizes sum to " + std::to_string(layer_costs.size()));
+      throw PartitionError("mpp: " + name() + " covers " + std::to_string(total_layers) +
+                           " layers but the model has " + std::to_string(layer_costs.size()) +
+                           "; make the sizes sum to " + std::to_string(layer_costs.size()));
     std::vector<LayerRange> ranges;
     int begin = 0;
     for (int n : sizes) {

@@ -84,9 +84,9 @@ std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_
   const auto costs = layer_costs(model);
   const auto ranges = P::split(costs, chunks_per_rank);
   if (rank < 0 || rank >= stages)
-    throw partition_error("mpp: rank " + std::to_string(rank) + " is not a stage of " + P::name() +
-                          " (" + std::to_string(stages) + " stages); launch " +
-                          std::to_string(stages) + " ranks per pipeline");
+    throw PartitionError("mpp: rank " + std::to_string(rank) + " is not a stage of " + P::name() +
+                         " (" + std::to_string(stages) + " stages); launch " +
+                         std::to_string(stages) + " ranks per pipeline");
   std::vector<LocalPiece> local;
   for (int c = 0; c < chunks_per_rank; ++c) {
     const int piece = piece_index(rank, c, stages, placement);

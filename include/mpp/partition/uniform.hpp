@@ -13,10 +13,10 @@ namespace detail {
 inline void check_enough_layers(const std::string& policy, int pieces, int chunks_per_rank,
                                 std::size_t layers) {
   if (chunks_per_rank < 1)
-    throw partition_error("mpp: " + policy + " needs at least one chunk per rank (got " +
-                          std::to_string(chunks_per_rank) + ")");
+    throw PartitionError("mpp: " + policy + " needs at least one chunk per rank (got " +
+                         std::to_string(chunks_per_rank) + ")");
   if (static_cast<std::size_t>(pieces) > layers)
-    throw partition_error(
+    throw PartitionError(
         "mpp: " + policy + " cuts the model into " + std::to_string(pieces) + " pieces" +
         (chunks_per_rank > 1 ? " (" + std::to_string(pieces / chunks_per_rank) + " stages x " +
                                    std::to_string(chunks_per_rank) + " chunks per rank)"
@@ -41,7 +41,7 @@ struct Uniform {
   static std::string name() { return "Uniform<" + std::to_string(P) + ">"; }
 
   /// The layer range of each of the P * `chunks_per_rank` pieces, in model order, for one cost
-  /// per layer in `layer_costs`. Throws partition_error when a piece would get no layer.
+  /// per layer in `layer_costs`. Throws PartitionError when a piece would get no layer.
   static std::vector<LayerRange> split(std::span<const std::int64_t> layer_costs,
                                        int chunks_per_rank) {
     const int pieces = P * chunks_per_rank;

@@ -257,7 +257,7 @@ class Executor {
   void begin_step(const at::Tensor& inputs, const at::Tensor& targets) {
     if (holds_first_stage()) {
       if (!inputs.defined())
-        throw pipeline_error(
+        throw PipelineError(
             "mpp: " + config_.pipeline_name +
             ": rank 0 holds stage 0 and needs the inputs; pass "
             "the batch's inputs to train_step on rank 0 (other ranks may pass an empty tensor)");
@@ -268,15 +268,15 @@ class Executor {
     }
     if (holds_last_stage()) {
       if (!targets.defined() || targets.dim() < 1)
-        throw pipeline_error(
+        throw PipelineError(
             "mpp: " + config_.pipeline_name + ": rank " + std::to_string(rank_) +
             " holds the last stage and needs the targets; pass the batch's targets to "
             "train_step on rank " +
             std::to_string(rank_));
       if (step_->plan_known && targets.size(0) != step_->plan.batch)
-        throw pipeline_error("mpp: the inputs have " + std::to_string(step_->plan.batch) +
-                             " samples but the targets have " + std::to_string(targets.size(0)) +
-                             "; pass inputs and targets of the same batch");
+        throw PipelineError("mpp: the inputs have " + std::to_string(step_->plan.batch) +
+                            " samples but the targets have " + std::to_string(targets.size(0)) +
+                            "; pass inputs and targets of the same batch");
       step_->targets = targets;
       if (!step_->plan_known) set_plan(targets.size(0));
       step_->target_chunks = split_micro_batches(targets, step_->plan);
@@ -324,10 +324,10 @@ class Executor {
                   int to_stage) const {
     if (got == expected) return;
     if (from_stage < 0)
-      throw pipeline_error("mpp: stage 0 expects inputs " + to_string(expected) +
-                           " but train_step got " + to_string(got) +
-                           "; convert or reshape the inputs (or fix the model's first layer)");
-    throw pipeline_error(
+      throw PipelineError("mpp: stage 0 expects inputs " + to_string(expected) +
+                          " but train_step got " + to_string(got) +
+                          "; convert or reshape the inputs (or fix the model's first layer)");
+    throw PipelineError(
         "mpp: " + stage_text(to_stage) + " expects activations " + to_string(expected) + " but " +
         stage_text(from_stage) + " sends " + to_string(got) +
         "; the stages do not fit together: check the partition and the layer sizes at the cut");
@@ -448,7 +448,7 @@ class Executor {
   at::Tensor weighted_loss(LossFn& loss_fn, const at::Tensor& out, int micro_batch) {
     at::Tensor loss = loss_fn(out, step_->target_chunks.at(static_cast<std::size_t>(micro_batch)));
     if (loss.numel() != 1)
-      throw pipeline_error(
+      throw PipelineError(
           "mpp: the loss function must return one value per micro-batch (a mean), got a tensor "
           "of " +
           std::to_string(loss.numel()) + " elements; reduce it with .mean()");
@@ -489,9 +489,9 @@ class Executor {
   void backward(const Action& a, LossFn& loss_fn, bool split) {
     Slot& s = slot(a.chunk, a.micro_batch);
     if (!s.in_flight)
-      throw pipeline_error("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
-                           std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
-                           " before its forward; the table is invalid");
+      throw PipelineError("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
+                          std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
+                          " before its forward; the table is invalid");
     const bool last = is_last_stage(a.chunk);
     at::Tensor grad_out = last                           ? at::Tensor()
                           : local_neighbour(a.chunk, +1) ? take_local_gradient(a)
@@ -549,8 +549,8 @@ class Executor {
   void weight_grad(const Action& a) {
     Slot& s = slot(a.chunk, a.micro_batch);
     if (!s.in_flight || !s.input_grad_done)
-      throw pipeline_error("mpp: W of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                           stage_text(stage_of(a.chunk)) + " before its I; the table is invalid");
+      throw PipelineError("mpp: W of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                          stage_text(stage_of(a.chunk)) + " before its I; the table is invalid");
     const auto t0 = recorder_.now();
     const auto& layers = param_layers_[static_cast<std::size_t>(a.chunk)];
     auto& engine = torch::autograd::Engine::get_default_engine();
@@ -602,14 +602,14 @@ class Executor {
   void send_activation(const Action& a) {
     Slot& s = slot(a.chunk, a.micro_batch);
     if (!s.output.defined())
-      throw pipeline_error("mpp: SEND_F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                           stage_text(a.stage) + " before its forward; the table is invalid");
+      throw PipelineError("mpp: SEND_F of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                          stage_text(a.stage) + " before its forward; the table is invalid");
     const auto t0 = recorder_.now();
     const std::size_t chunk = static_cast<std::size_t>(a.chunk);
     at::Tensor wire = s.output.detach();
     const ActivationSpec produced{wire.scalar_type(), per_sample(wire)};
     if (produced != config_.expected_outputs[chunk])
-      throw pipeline_error(
+      throw PipelineError(
           "mpp: " + stage_text(a.stage + 1) + " expects activations " +
           to_string(config_.expected_outputs[chunk]) + " but " + stage_text(a.stage) +
           " produces " + to_string(produced) +
@@ -626,8 +626,8 @@ class Executor {
   void send_gradient(const Action& a) {
     Slot& s = slot(a.chunk, a.micro_batch);
     if (!s.input_grad.defined())
-      throw pipeline_error("mpp: SEND_B of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                           stage_text(a.stage) + " before its backward; the table is invalid");
+      throw PipelineError("mpp: SEND_B of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                          stage_text(a.stage) + " before its backward; the table is invalid");
     const auto t0 = recorder_.now();
     step_->pending_sends.add(
         comm_.send(s.input_grad, a.peer, gradient_tag(a.stage - 1, a.micro_batch, stages_)));
@@ -671,19 +671,19 @@ class Executor {
     const ShapeHeader h = ShapeHeader::decode(link.header_buffer, stage - 1, stage);
     check_spec(h.spec, config_.expected_inputs[static_cast<std::size_t>(chunk)], stage - 1, stage);
     if (h.micro_batches != config_.micro_batches)
-      throw pipeline_error("mpp: " + stage_text(stage) + " runs " +
-                           std::to_string(config_.micro_batches) + " micro-batches but " +
-                           stage_text(stage - 1) + " runs " + std::to_string(h.micro_batches) +
-                           "; every rank must build the same Pipeline type");
+      throw PipelineError("mpp: " + stage_text(stage) + " runs " +
+                          std::to_string(config_.micro_batches) + " micro-batches but " +
+                          stage_text(stage - 1) + " runs " + std::to_string(h.micro_batches) +
+                          "; every rank must build the same Pipeline type");
     if (!step_->plan_known) {
       set_plan(h.batch);
       if constexpr (!Communicator<C>::blocking) send_headers();  // pass the plan on at once
     } else if (h.batch != step_->plan.batch) {
-      throw pipeline_error("mpp: " + stage_text(stage - 1) + " sends a batch of " +
-                           std::to_string(h.batch) + " samples but " + stage_text(stage) + " has " +
-                           std::to_string(step_->plan.batch) +
-                           (holds_last_stage() ? " targets" : " inputs") +
-                           "; pass inputs and targets of the same batch on every rank");
+      throw PipelineError("mpp: " + stage_text(stage - 1) + " sends a batch of " +
+                          std::to_string(h.batch) + " samples but " + stage_text(stage) + " has " +
+                          std::to_string(step_->plan.batch) +
+                          (holds_last_stage() ? " targets" : " inputs") +
+                          "; pass inputs and targets of the same batch on every rank");
     }
     if (holds_last_stage() && step_->target_chunks.empty())
       step_->target_chunks = split_micro_batches(step_->targets, step_->plan);
@@ -714,15 +714,15 @@ class Executor {
     InLink& link = step_->in_links[static_cast<std::size_t>(a.chunk)];
     if (!link.known) {
       if (!link.header_posted)
-        throw pipeline_error("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                             stage_text(stage_of(a.chunk)) +
-                             " without a RECV_F before it; the table is not lowered");
+        throw PipelineError("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                            stage_text(stage_of(a.chunk)) +
+                            " without a RECV_F before it; the table is not lowered");
       read_header(a.chunk, peer);
     }
     if (!s.recv_buffer.defined())
-      throw pipeline_error("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                           stage_text(stage_of(a.chunk)) +
-                           " without its RECV_F; the table is not lowered");
+      throw PipelineError("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                          stage_text(stage_of(a.chunk)) +
+                          " without its RECV_F; the table is not lowered");
     free_released_while(s.recv_request);
     s.recv_request.wait();
     if constexpr (!Communicator<C>::blocking)
@@ -736,9 +736,8 @@ class Executor {
     Slot& s = slot(a.chunk, a.micro_batch);
     if (!s.in_flight) {
       if constexpr (Communicator<C>::blocking)
-        throw pipeline_error("mpp: RECV_B of micro-batch " + std::to_string(a.micro_batch) +
-                             " on " + stage_text(a.stage) +
-                             " before its forward; the table is invalid");
+        throw PipelineError("mpp: RECV_B of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                            stage_text(a.stage) + " before its forward; the table is invalid");
       s.grad_deferred = true;
       return;
     }
@@ -763,9 +762,9 @@ class Executor {
     const int from = neighbour_chunk(a.chunk, -1);
     Slot& prev = slot(from, a.micro_batch);
     if (!prev.output.defined())
-      throw pipeline_error("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                           stage_text(stage_of(a.chunk)) + " before F on " +
-                           stage_text(stage_of(from)) + "; the table is invalid");
+      throw PipelineError("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                          stage_text(stage_of(a.chunk)) + " before F on " +
+                          stage_text(stage_of(from)) + "; the table is invalid");
     at::Tensor x = prev.output.detach();
     check_spec(ActivationSpec{x.scalar_type(), per_sample(x)},
                config_.expected_inputs[static_cast<std::size_t>(a.chunk)], stage_of(from),
@@ -778,19 +777,19 @@ class Executor {
   at::Tensor take_local_gradient(const Action& a) {
     Slot& next = slot(neighbour_chunk(a.chunk, +1), a.micro_batch);
     if (!next.input_grad.defined())
-      throw pipeline_error("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
-                           std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
-                           " before the backward of " + stage_text(stage_of(a.chunk) + 1) +
-                           "; the table is invalid");
+      throw PipelineError("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
+                          std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
+                          " before the backward of " + stage_text(stage_of(a.chunk) + 1) +
+                          "; the table is invalid");
     return std::exchange(next.input_grad, at::Tensor());
   }
 
   at::Tensor take_gradient(const Action& a) {
     Slot& s = slot(a.chunk, a.micro_batch);
     if (!s.grad_buffer.defined())
-      throw pipeline_error("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
-                           std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
-                           " without its RECV_B; the table is not lowered");
+      throw PipelineError("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
+                          std::to_string(a.micro_batch) + " on " + stage_text(stage_of(a.chunk)) +
+                          " without its RECV_B; the table is not lowered");
     const auto t0 = recorder_.now();
     free_released_while(s.grad_request);
     s.grad_request.wait();

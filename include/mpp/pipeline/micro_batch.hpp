@@ -12,13 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "mpp/error.hpp"
+
 namespace mpp {
 
 /// A batch that cannot be cut into the schedule's micro-batches (or a tensor that does not match
 /// the plan).
-struct micro_batch_error : std::invalid_argument {
+struct MicroBatchError : InvalidArgument {
   /// Takes the message, as std::invalid_argument does.
-  using std::invalid_argument::invalid_argument;
+  using InvalidArgument::InvalidArgument;
 };
 
 /// How a batch is cut into micro-batches along dimension 0.
@@ -48,19 +50,18 @@ struct MicroBatchPlan {
 inline MicroBatchPlan plan_micro_batches(std::int64_t batch, int micro_batches,
                                          const std::string& who, bool need_equal = false) {
   if (micro_batches < 1)
-    throw micro_batch_error("mpp: " + who + " needs at least one micro-batch (got " +
-                            std::to_string(micro_batches) + ")");
+    throw MicroBatchError("mpp: " + who + " needs at least one micro-batch (got " +
+                          std::to_string(micro_batches) + ")");
   if (batch < micro_batches)
-    throw micro_batch_error("mpp: " + who + " splits each batch into " +
-                            std::to_string(micro_batches) +
-                            " micro-batches but the batch has only " + std::to_string(batch) +
-                            " samples; use a batch of at least " + std::to_string(micro_batches) +
-                            " samples or fewer micro-batches");
+    throw MicroBatchError("mpp: " + who + " splits each batch into " +
+                          std::to_string(micro_batches) + " micro-batches but the batch has only " +
+                          std::to_string(batch) + " samples; use a batch of at least " +
+                          std::to_string(micro_batches) + " samples or fewer micro-batches");
   if (need_equal && batch % micro_batches != 0)
-    throw micro_batch_error("mpp: " + who + " needs equal micro-batches but a batch of " +
-                            std::to_string(batch) + " samples does not split into " +
-                            std::to_string(micro_batches) + "; use a batch that is a multiple of " +
-                            std::to_string(micro_batches));
+    throw MicroBatchError("mpp: " + who + " needs equal micro-batches but a batch of " +
+                          std::to_string(batch) + " samples does not split into " +
+                          std::to_string(micro_batches) + "; use a batch that is a multiple of " +
+                          std::to_string(micro_batches));
   MicroBatchPlan plan;
   plan.batch = batch;
   std::int64_t offset = 0;
@@ -78,11 +79,11 @@ inline MicroBatchPlan plan_micro_batches(std::int64_t batch, int micro_batches,
 inline std::vector<at::Tensor> split_micro_batches(const at::Tensor& batch,
                                                    const MicroBatchPlan& plan) {
   if (batch.dim() < 1 || batch.size(0) != plan.batch)
-    throw micro_batch_error("mpp: the tensor to split has " +
-                            (batch.dim() < 1 ? std::string("no batch dimension")
-                                             : std::to_string(batch.size(0)) + " samples") +
-                            " but the plan is for " + std::to_string(plan.batch) +
-                            "; pass inputs and targets with the same batch size along dimension 0");
+    throw MicroBatchError("mpp: the tensor to split has " +
+                          (batch.dim() < 1 ? std::string("no batch dimension")
+                                           : std::to_string(batch.size(0)) + " samples") +
+                          " but the plan is for " + std::to_string(plan.batch) +
+                          "; pass inputs and targets with the same batch size along dimension 0");
   std::vector<at::Tensor> chunks;
   chunks.reserve(plan.sizes.size());
   for (std::size_t i = 0; i < plan.sizes.size(); ++i)

@@ -102,10 +102,16 @@ class Pipeline {
   }
 
   /// Builds this rank's pieces of `model` (and only those) and its lowered table. `group` is the
-  /// pipeline's process group: its size must be the number of stages.
+  /// pipeline's process group, of the comm policy's backend: its size must be the number of
+  /// stages.
   template <layered_model Model>
-  Pipeline(ProcessGroup group, const Model& model)
+  Pipeline(Group<typename Comm::backend> group, const Model& model)
       : executor_(make_executor(std::move(group), model)) {}
+  /// A group of another backend than Comm's (or one whose type does not say it) does not compile.
+  template <other_group<typename Comm::backend> Given, class Model>
+  Pipeline(Given&&, const Model&) {
+    reject_group<typename Comm::backend, Given>();
+  }
 
   /// One training step over a batch: inputs are needed on rank 0 only, targets on the last rank
   /// only (pass an undefined tensor elsewhere). Gradients are accumulated into the parameters'
@@ -152,17 +158,18 @@ class Pipeline {
 
  private:
   template <layered_model Model>
-  std::unique_ptr<executor_type> make_executor(ProcessGroup group, const Model& model) {
+  std::unique_ptr<executor_type> make_executor(Group<typename Comm::backend> group,
+                                               const Model& model) {
     if (group.size() != stages) {
       std::string fix = group.size() % stages == 0
                             ? "; for data parallelism over pipelines give each Pipeline its own "
                               "pipeline group of " +
                                   std::to_string(stages) + " ranks (a DP x PP mesh)"
                             : "";
-      throw pipeline_error("mpp: " + name() + " has " + std::to_string(stages) +
-                           " stages but its process group has " + std::to_string(group.size()) +
-                           " ranks; launch " + std::to_string(stages) +
-                           " ranks (mpprun --nproc-per-node " + std::to_string(stages) + ")" + fix);
+      throw PipelineError("mpp: " + name() + " has " + std::to_string(stages) +
+                          " stages but its process group has " + std::to_string(group.size()) +
+                          " ranks; launch " + std::to_string(stages) +
+                          " ranks (mpprun --nproc-per-node " + std::to_string(stages) + ")" + fix);
     }
     const int rank = group.rank();
     auto pieces = build_local_pieces<Stages>(model, rank, chunks_per_rank, rows::placement);

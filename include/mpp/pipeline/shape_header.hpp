@@ -13,12 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "mpp/error.hpp"
+
 namespace mpp {
 
 /// A pipeline rule broken at run time (shapes, batch sizes, world size ...).
-struct pipeline_error : std::runtime_error {
+struct PipelineError : RuntimeError {
   /// Takes the message, as std::runtime_error does.
-  using std::runtime_error::runtime_error;
+  using RuntimeError::RuntimeError;
 };
 
 /// dtype + per-sample shape, e.g. "Float[*, 128]".
@@ -53,10 +55,10 @@ struct ShapeHeader {
 
   at::Tensor encode() const {
     if (static_cast<int>(spec.per_sample.size()) > max_dims)
-      throw pipeline_error("mpp: stage " + std::to_string(sender_stage) + " sends activations of " +
-                           std::to_string(spec.per_sample.size() + 1) + " dimensions; at most " +
-                           std::to_string(max_dims + 1) +
-                           " are supported between stages (flatten them)");
+      throw PipelineError("mpp: stage " + std::to_string(sender_stage) + " sends activations of " +
+                          std::to_string(spec.per_sample.size() + 1) + " dimensions; at most " +
+                          std::to_string(max_dims + 1) +
+                          " are supported between stages (flatten them)");
     at::Tensor t = at::empty({slots}, at::kLong);
     auto* p = t.data_ptr<std::int64_t>();
     for (int i = 0; i < slots; ++i) p[i] = 0;
@@ -75,7 +77,7 @@ struct ShapeHeader {
   static ShapeHeader decode(const at::Tensor& t, int expected_sender, int receiver_stage) {
     const auto* p = t.data_ptr<std::int64_t>();
     if (p[0] != magic || p[5] < 0 || p[5] > max_dims)
-      throw pipeline_error(
+      throw PipelineError(
           "mpp: stage " + std::to_string(receiver_stage) + " expected a shape header from stage " +
           std::to_string(expected_sender) +
           " but received something else; every rank must run the same Pipeline type");

@@ -16,13 +16,15 @@
 #include <type_traits>
 #include <utility>
 
+#include "mpp/error.hpp"
+
 namespace mpp {
 
 /// Thrown by with_stages when the world size is not one the program was compiled for; the
 /// message lists the sizes it supports and how to launch one of them.
-class WorldSizeError : public std::invalid_argument {
+class WorldSizeError : public InvalidArgument {
  public:
-  using std::invalid_argument::invalid_argument;
+  using InvalidArgument::InvalidArgument;
 };
 
 namespace detail {

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "mpp/error.hpp"
 #include "mpp/schedule/action.hpp"
 #include "mpp/schedule/comm_semantics.hpp"
 #include "mpp/schedule/placement.hpp"
@@ -21,8 +22,8 @@ inline constexpr int max_actions_per_rank = 1024;
 
 /// Thrown by run-time entry points when a schedule is rejected; the message names the rule
 /// and the fix, like the compile-time diagnostics.
-struct ScheduleError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
+struct ScheduleError : InvalidArgument {
+  using InvalidArgument::InvalidArgument;
 };
 
 /// The actions of every rank of a pipeline, compute-only (what a schedule generates) or

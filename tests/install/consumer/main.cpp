@@ -105,7 +105,7 @@ void require_close(const std::vector<torch::Tensor>& got, const std::vector<torc
 }
 
 /// Two stages of two layers each, 1F1B over 4 micro-batches, sends posted over Gloo.
-void train_pipeline(const mpp::ProcessGroup& world) {
+void train_pipeline(const mpp::Group<mpp::Gloo>& world) {
   using Pipe = mpp::Pipeline<mpp::Uniform<2>, mpp::OneFOneB<4>, mpp::Async<mpp::Gloo>>;
   std::vector<double> expected;
   auto reference = train_alone(expected);
@@ -138,7 +138,7 @@ void train_pipeline(const mpp::ProcessGroup& world) {
 }
 
 /// One replica per rank, each on its share of the batch, gradients averaged by DDP's hooks.
-void train_ddp(const mpp::ProcessGroup& world) {
+void train_ddp(const mpp::Group<mpp::Gloo>& world) {
   std::vector<double> expected;
   auto reference = train_alone(expected);
 
