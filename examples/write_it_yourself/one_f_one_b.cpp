@@ -26,6 +26,7 @@ namespace {
 
 // Sends `out` to `peer` and receives `in` from it, with the blocking world.send and world.recv.
 // stage.both_send_first (the check's --both-send-first) asks for the send first on every rank.
+// ([[maybe_unused]] only until the steady state below calls it.)
 [[maybe_unused]] void exchange(const lab::World& world, const lab::Stage& stage,
                                const at::Tensor& out, int out_tag, const at::Tensor& in, int in_tag,
                                int peer) {

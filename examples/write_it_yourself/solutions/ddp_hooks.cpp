@@ -17,7 +17,6 @@ namespace {
 
 class Replica {
  public:
-  // [quote:hooks]
   Replica(const lab::World& world, torch::nn::Sequential model)
       : world_(world), model_(std::move(model)), params_(model_->parameters()) {
     // One hook per parameter, called by autograd with the parameter's gradient as soon as it is
@@ -29,11 +28,9 @@ class Replica {
         in_flight_.push_back({i, averaged, world_.iall_reduce_mean(averaged)});
       });
   }
-  // [/quote:hooks]
   Replica(const Replica&) = delete;  // the hooks point at this object
   Replica& operator=(const Replica&) = delete;
 
-  // [quote:step]
   double train_step(const lab::Batch& batch) {
     const std::int64_t rows = batch.inputs.size(0) / world_.size();
     const std::int64_t begin = world_.rank() * rows;
@@ -52,7 +49,6 @@ class Replica {
     world_.all_reduce_mean(global_loss);
     return global_loss.item<double>();
   }
-  // [/quote:step]
 
  private:
   // One gradient on its way: which parameter, the tensor being averaged, its all-reduce.

@@ -14,7 +14,6 @@
 
 namespace {
 
-// [quote:step]
 double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& batch) {
   const int rank = world.rank();
   const bool first = rank == 0;
@@ -60,7 +59,6 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
   }
   return loss;
 }
-// [/quote:step]
 
 }  // namespace
 

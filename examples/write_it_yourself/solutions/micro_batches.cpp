@@ -12,7 +12,6 @@
 
 namespace {
 
-// [quote:step]
 double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& batch) {
   const int rank = world.rank();
   const bool first = rank == 0;
@@ -48,7 +47,6 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
   }
   return loss;
 }
-// [/quote:step]
 
 }  // namespace
 

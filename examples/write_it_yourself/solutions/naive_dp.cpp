@@ -18,7 +18,6 @@ class Replica {
   Replica(const lab::World& world, torch::nn::Sequential model)
       : world_(world), model_(std::move(model)) {}
 
-  // [quote:step]
   double train_step(const lab::Batch& batch) {
     // This rank's share: rows [rank * n / P, (rank + 1) * n / P) of the global batch.
     const std::int64_t rows = batch.inputs.size(0) / world_.size();
@@ -35,7 +34,6 @@ class Replica {
     world_.all_reduce_mean(global_loss);
     return global_loss.item<double>();
   }
-  // [/quote:step]
 
  private:
   const lab::World& world_;

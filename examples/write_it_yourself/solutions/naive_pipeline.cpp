@@ -13,7 +13,6 @@
 
 namespace {
 
-// [quote:step]
 double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& batch) {
   const int rank = world.rank();
   const bool first = rank == 0;
@@ -47,7 +46,6 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
   if (!first) world.send(input.grad(), rank - 1);
   return loss;
 }
-// [/quote:step]
 
 }  // namespace
 

@@ -19,7 +19,6 @@
 
 namespace {
 
-// [quote:exchange]
 // Sends `out` to `peer` and receives `in` from it, with blocking calls, in the order that cannot
 // deadlock: the lower rank of the pair sends first, the higher one receives first.
 void exchange(const lab::World& world, const lab::Stage& stage, const at::Tensor& out, int out_tag,
@@ -33,7 +32,6 @@ void exchange(const lab::World& world, const lab::Stage& stage, const at::Tensor
     world.send(out, peer, out_tag);
   }
 }
-// [/quote:exchange]
 
 double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& batch) {
   const int rank = world.rank();
@@ -74,7 +72,6 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
   };
   auto output_grad_buffer = [&](int m) { return last ? at::Tensor() : at::empty_like(inputs[m]); };
 
-  // [quote:schedule]
   const int warmup = std::min(world.size() - 1 - rank, micro_batches);
   const int steady = micro_batches - warmup;
 
@@ -105,7 +102,6 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
     backward(b, output_grad);
     if (!first) world.send(stage_inputs[b].grad(), rank - 1, b);
   }
-  // [/quote:schedule]
   return loss;
 }
 

@@ -29,7 +29,6 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
   std::vector<at::Tensor> output_grads(micro_batches);
   double loss = 0;
 
-  // [quote:post]
   // Every receive of the step, posted now; a Request is waited when its data is needed.
   std::vector<mpp::Request> input_arrived(micro_batches), grad_arrived(micro_batches);
   for (int m = 0; m < micro_batches; ++m) {
@@ -45,9 +44,7 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
   // The sends, started as soon as their tensor is ready; their tensors stay untouched (kept in
   // stage_outputs and in the inputs' .grad) until the sends are waited, at the end of the step.
   std::vector<mpp::Request> sent;
-  // [/quote:post]
 
-  // [quote:forward_backward]
   auto forward = [&](int m) {
     if (first) {
       stage_inputs[m] = inputs[m];
@@ -73,7 +70,6 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
     }
     if (!first) sent.push_back(world.isend(stage_inputs[m].grad(), rank - 1, m));
   };
-  // [/quote:forward_backward]
 
   // 1F1B's order: warm-up forwards, then one forward and one backward, then the backwards left.
   const int warmup = std::min(world.size() - 1 - rank, micro_batches);
