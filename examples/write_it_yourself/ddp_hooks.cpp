@@ -1,0 +1,72 @@
+// Write it yourself, chapter 13 — DDP's gradient hooks.
+//
+// Naive DP waits for the whole backward before it sends a byte. Put a hook on every parameter:
+// autograd calls it with the parameter's gradient the moment it is computed (the last layer's
+// first), and the hook starts the all-reduce of that gradient while the backward goes on with the
+// earlier layers. Before the optimizer step, wait for each all-reduce and write its average into
+// the parameter's .grad. Replace each lab::unfinished(...) with the code it asks for, then check
+// it:
+//
+//   scripts/check-lab ddp_hooks
+//
+// It trains 3 steps on 2 ranks and compares the loss and every parameter with the monolith's and
+// with mpp::DDP<Async<Gloo>>'s. The harness is in harness.hpp; one answer is in
+// solutions/ddp_hooks.cpp.
+#include <torch/nn/functional/loss.h>
+
+#include <vector>
+
+#include "harness.hpp"
+
+namespace {
+
+class Replica {
+ public:
+  Replica(const lab::World& world, torch::nn::Sequential model)
+      : world_(world), model_(std::move(model)), params_(model_->parameters()) {
+    lab::unfinished(
+        "register one hook per parameter: params_[i].register_hook([this, i](const at::Tensor& "
+        "grad) { ... }); in it, copy the gradient (at::Tensor averaged = grad.detach().clone()), "
+        "start its average (world_.iall_reduce_mean(averaged)) and keep both in in_flight_ "
+        "(in_flight_.push_back({i, averaged, request}))");
+  }
+  Replica(const Replica&) = delete;  // the hooks point at this object
+  Replica& operator=(const Replica&) = delete;
+
+  double train_step(const lab::Batch& batch) {
+    const std::int64_t rows = batch.inputs.size(0) / world_.size();
+    const std::int64_t begin = world_.rank() * rows;
+    auto loss = torch::nn::functional::mse_loss(
+        model_->forward(batch.inputs.narrow(0, begin, rows)), batch.targets.narrow(0, begin, rows));
+    loss.backward();  // the hooks start one all-reduce per parameter on the way
+
+    lab::unfinished(
+        "before the optimizer step, for each entry of in_flight_: wait for its all-reduce "
+        "(request.wait()) and copy the average into its parameter's gradient "
+        "(params_[param].grad().copy_(averaged)); then clear in_flight_ for the next step");
+
+    at::Tensor global_loss = loss.detach().clone();
+    world_.all_reduce_mean(global_loss);
+    return global_loss.item<double>();
+  }
+
+ private:
+  // One gradient on its way: which parameter, the tensor being averaged, its all-reduce.
+  struct InFlight {
+    std::size_t param;
+    at::Tensor averaged;
+    mpp::Request request;
+  };
+  const lab::World& world_;
+  torch::nn::Sequential model_;
+  std::vector<at::Tensor> params_;
+  std::vector<InFlight> in_flight_;
+};
+
+}  // namespace
+
+// The check; leave it as it is.
+int main(int argc, char** argv) {
+  return lab::check_data_parallel<Replica>(argc, argv, "ddp_hooks",
+                                           lab::DataParallelReference::ddp);
+}
