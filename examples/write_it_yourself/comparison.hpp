@@ -4,6 +4,8 @@
 // records, and the verdict gathered over the ranks.
 #include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -63,6 +65,29 @@ inline void record_layers(Record& r, const torch::nn::Module& module, int first)
   for (std::size_t i = 0; i + 1 < params.size(); i += 2)
     r.layers[first + static_cast<int>(i / 2)] = {params[i].detach().clone(),
                                                  params[i + 1].detach().clone()};
+}
+
+/// The optimizer of every training the check compares: SGD with momentum.
+inline torch::optim::SGD make_optimizer(const std::vector<at::Tensor>& params) {
+  return torch::optim::SGD(params, torch::optim::SGDOptions(0.05).momentum(0.9));
+}
+
+/// The monolith: the whole model on the whole batch, on this process.
+inline Record train_monolith(const Options& o) {
+  const auto cfg = model_config();
+  auto model = mpp::models::make_full_mlp(cfg);
+  auto optimizer = make_optimizer(model->parameters());
+  Record r;
+  for (int s = 0; s < o.steps; ++s) {
+    const auto batch = mpp::models::make_regression_batch(cfg, batch_rows, s);
+    optimizer.zero_grad();
+    auto loss = torch::nn::functional::mse_loss(model->forward(batch.inputs), batch.targets);
+    loss.backward();
+    optimizer.step();
+    r.losses.push_back(loss.item<double>());
+  }
+  record_layers(r, *model, 0);
+  return r;
 }
 
 /// Layers [begin, end) of rank `rank` of `ranks`, as mpp::Uniform<P> cuts them.

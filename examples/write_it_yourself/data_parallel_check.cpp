@@ -12,16 +12,12 @@ namespace lab {
 
 namespace {
 
-torch::optim::SGD make_optimizer(const std::vector<at::Tensor>& params) {
-  return torch::optim::SGD(params, torch::optim::SGDOptions(0.05).momentum(0.9));
-}
-
 check::Record train_learner(const World& world, const StartReplica& start,
                             const check::Options& o) {
   const auto cfg = check::model_config();
   auto model = mpp::models::make_full_mlp(cfg);
   auto step = start(world, model);
-  auto optimizer = make_optimizer(model->parameters());
+  auto optimizer = check::make_optimizer(model->parameters());
   check::Record r;
   for (int s = 0; s < o.steps; ++s) {
     const auto batch = mpp::models::make_regression_batch(cfg, check::batch_rows, s);
@@ -33,30 +29,12 @@ check::Record train_learner(const World& world, const StartReplica& start,
   return r;
 }
 
-/// The whole model on the whole global batch, on this process.
-check::Record train_monolith(const check::Options& o) {
-  const auto cfg = check::model_config();
-  auto model = mpp::models::make_full_mlp(cfg);
-  auto optimizer = make_optimizer(model->parameters());
-  check::Record r;
-  for (int s = 0; s < o.steps; ++s) {
-    const auto batch = mpp::models::make_regression_batch(cfg, check::batch_rows, s);
-    optimizer.zero_grad();
-    auto loss = torch::nn::functional::mse_loss(model->forward(batch.inputs), batch.targets);
-    loss.backward();
-    optimizer.step();
-    r.losses.push_back(loss.item<double>());
-  }
-  check::record_layers(r, *model, 0);
-  return r;
-}
-
 /// mpp's data parallelism: `sync` runs after backward (NaiveDP), or nothing does (DDP's hooks).
 template <class Sync>
 check::Record train_reference(const World& world, torch::nn::Sequential& model, Sync sync,
                               const check::Options& o) {
   const auto cfg = check::model_config();
-  auto optimizer = make_optimizer(model->parameters());
+  auto optimizer = check::make_optimizer(model->parameters());
   check::Record r;
   const std::int64_t rows = check::batch_rows / world.size();
   for (int s = 0; s < o.steps; ++s) {
@@ -88,7 +66,7 @@ int check_data_parallel(int argc, char** argv, const char* lab, DataParallelRefe
       throw std::invalid_argument("runs on 1, 2, 4, 8 or 16 ranks (the global batch has " +
                                   std::to_string(check::batch_rows) + " rows)");
     const auto mine = train_learner(world, start, o);
-    const auto monolith = train_monolith(o);
+    const auto monolith = check::train_monolith(o);
     auto model = mpp::models::make_full_mlp(check::model_config());
     check::Record reference_record;
     std::string name;

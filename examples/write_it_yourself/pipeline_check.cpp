@@ -12,10 +12,6 @@ namespace lab {
 
 namespace {
 
-torch::optim::SGD make_optimizer(const std::vector<at::Tensor>& params) {
-  return torch::optim::SGD(params, torch::optim::SGDOptions(0.05).momentum(0.9));
-}
-
 struct MeanSquaredError {
   at::Tensor operator()(const at::Tensor& out, const at::Tensor& target) const {
     return torch::nn::functional::mse_loss(out, target);
@@ -28,7 +24,7 @@ check::Record train_learner(const World& world, const PipelineStep& step, const 
   const auto [begin, end] = check::stage_layers(cfg.layers, world.rank(), world.size());
   Stage stage{mpp::models::make_mlp_layers(cfg, begin, end), check::micro_batches,
               o.both_send_first};
-  auto optimizer = make_optimizer(stage.layers->parameters());
+  auto optimizer = check::make_optimizer(stage.layers->parameters());
   check::Record r;
   for (int s = 0; s < o.steps; ++s) {
     const auto batch = mpp::models::make_regression_batch(cfg, check::batch_rows, s);
@@ -41,31 +37,13 @@ check::Record train_learner(const World& world, const PipelineStep& step, const 
   return r;
 }
 
-/// The whole model on this process.
-check::Record train_monolith(const check::Options& o) {
-  const auto cfg = check::model_config();
-  auto model = mpp::models::make_full_mlp(cfg);
-  auto optimizer = make_optimizer(model->parameters());
-  check::Record r;
-  for (int s = 0; s < o.steps; ++s) {
-    const auto batch = mpp::models::make_regression_batch(cfg, check::batch_rows, s);
-    optimizer.zero_grad();
-    auto loss = MeanSquaredError{}(model->forward(batch.inputs), batch.targets);
-    loss.backward();
-    optimizer.step();
-    r.losses.push_back(loss.item<double>());
-  }
-  check::record_layers(r, *model, 0);
-  return r;
-}
-
 /// mpp's pipeline of the same schedule.
 template <class Pipe>
 check::Record train_pipeline(const World& world, const check::Options& o, std::string& name) {
   const auto cfg = check::model_config();
   Pipe pipe(world, mpp::MlpModel{cfg});
   name = Pipe::name();
-  auto optimizer = make_optimizer(pipe.parameters());
+  auto optimizer = check::make_optimizer(pipe.parameters());
   check::Record r;
   for (int s = 0; s < o.steps; ++s) {
     const auto batch = mpp::models::make_regression_batch(cfg, check::batch_rows, s);
@@ -114,7 +92,7 @@ int check_pipeline(int argc, char** argv, const char* lab, PipelineReference ref
       throw std::invalid_argument("runs on 2 or 4 ranks (got " + std::to_string(world.size()) +
                                   "): mpprun --nproc-per-node 2 <this program>");
     const auto mine = train_learner(world, step, o);
-    const auto monolith = train_monolith(o);
+    const auto monolith = check::train_monolith(o);
     std::string name;
     check::Record pipeline;
     mpp::with_stages<2, 4>(world.size(), [&](auto ranks) {
