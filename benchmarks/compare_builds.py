@@ -13,8 +13,9 @@ CPU clock) fall out of the ratio; the interval is over rounds.
 
 Multi-rank binaries run under mpprun (--mpprun, --nproc). Prints one line per benchmark:
 candidate/baseline throughput, geometric mean over rounds with a 95 % interval (Student's t on
-the log ratios). A regression is an interval wholly below 1. Raw JSON of every run is kept under
---out.
+the log ratios), then the same for the whole matrix (per round, the geometric mean over the
+benchmarks). A regression is an interval wholly below 1. --repetitions N runs each benchmark N
+times per launch and keeps their median. Raw JSON of every run is kept under --out.
 """
 import argparse
 import json
@@ -36,18 +37,18 @@ def run(binary, args, out_path):
         cmd = [args.mpprun, "--nproc-per-node", str(args.nproc), "--log-dir", "", "--timeout",
                str(args.timeout)]
     cmd += [binary, f"--benchmark_filter={args.filter}", f"--benchmark_out={out_path}",
-            "--benchmark_out_format=json"]
+            "--benchmark_out_format=json", f"--benchmark_repetitions={args.repetitions}"]
     result = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             timeout=args.timeout + 30)
     if result.returncode != 0:
         sys.exit(f"compare_builds: {binary} failed (exit {result.returncode}):\n{result.stderr}")
     with open(out_path) as f:
         data = json.load(f)
-    rates = {}
+    runs = {}  # name -> items_per_second of each repetition
     for b in data["benchmarks"]:
         if b.get("run_type", "iteration") == "iteration" and "items_per_second" in b:
-            rates[b["name"]] = b["items_per_second"]
-    return rates
+            runs.setdefault(b.get("run_name", b["name"]), []).append(b["items_per_second"])
+    return {name: statistics.median(rates) for name, rates in runs.items()}
 
 
 def main():
@@ -58,6 +59,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--mpprun", default="", help="launcher for multi-rank binaries")
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--repetitions", type=int, default=1,
+                        help="runs of each benchmark per launch; their median is the launch's")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per run")
     parser.add_argument("--out", required=True, help="directory for the raw JSON")
     args = parser.parse_args()
@@ -66,6 +69,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
 
     ratios = {}  # name -> [log(candidate / baseline) per round]
+    matrix = []  # per round: the mean log ratio over the benchmarks both builds ran
     for r in range(args.rounds):
         order = [("baseline", args.baseline), ("candidate", args.candidate)]
         if r % 2:
@@ -74,26 +78,38 @@ def main():
         for label, binary in order:
             got[label] = run(binary, args, os.path.join(args.out, f"round{r}_{label}.json"))
             print(f"round {r + 1}/{args.rounds}: {label} done", file=sys.stderr, flush=True)
+        round_logs = []
         for name, base in got["baseline"].items():
             cand = got["candidate"].get(name)
             if cand and base > 0:
                 ratios.setdefault(name, []).append(math.log(cand / base))
+                round_logs.append(math.log(cand / base))
+        if round_logs:
+            matrix.append(statistics.fmean(round_logs))
 
     if not ratios:
         sys.exit("compare_builds: no benchmark with items_per_second ran in both builds")
     width = max(len(n) for n in ratios)
     print(f"{'benchmark':<{width}}  candidate/baseline  95% interval      rounds")
     for name in sorted(ratios):
-        logs = ratios[name]
-        mean = statistics.fmean(logs)
-        half = 0.0
-        if len(logs) > 1:
-            t = T95[min(len(logs) - 2, len(T95) - 1)] if len(logs) - 1 <= 30 else 1.96
-            half = t * statistics.stdev(logs) / math.sqrt(len(logs))
-        print(f"{name:<{width}}  {math.exp(mean):18.3f}  [{math.exp(mean - half):.3f}, "
-              f"{math.exp(mean + half):.3f}]  {len(logs):6d}")
-    all_logs = [statistics.fmean(v) for v in ratios.values()]
-    print(f"geometric mean over {len(all_logs)} benchmarks: {math.exp(statistics.fmean(all_logs)):.3f}")
+        mean, low, high = interval(ratios[name])
+        print(f"{name:<{width}}  {mean:18.3f}  [{low:.3f}, {high:.3f}]  {len(ratios[name]):6d}")
+    mean, low, high = interval(matrix)
+    # The matrix as a whole: per round the geometric mean over its benchmarks, then the interval
+    # over rounds. Noise of single benchmarks averages out within a round; what the two builds
+    # share (the same code path) does not.
+    print(f"geometric mean over {len(ratios)} benchmarks: {mean:.3f} [{low:.3f}, {high:.3f}] "
+          f"(95 % interval over {len(matrix)} rounds)")
+
+
+def interval(logs):
+    """Geometric mean of the ratios whose logs are given, with its 95 % Student interval."""
+    mean = statistics.fmean(logs)
+    half = 0.0
+    if len(logs) > 1:
+        t = T95[min(len(logs) - 2, len(T95) - 1)] if len(logs) - 1 <= 30 else 1.96
+        half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 if __name__ == "__main__":

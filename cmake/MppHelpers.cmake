@@ -85,6 +85,29 @@ function(mpp_add_executable name)
   endif()
 endfunction()
 
+# mpp_add_compile_fail_test(<test> <source> CASE <n> [REGEX <regex>]): a CTest that builds
+# <source> with MPP_COMPILE_FAIL_CASE=<n> (an excluded object library with the LibTorch PCH and the
+# project's warnings) and passes when the build output matches <regex>. Without REGEX the case is
+# a control: the test passes when it compiles. The source keeps its cases behind #if on the macro.
+function(mpp_add_compile_fail_test name source)
+  cmake_parse_arguments(PARSE_ARGV 2 ARG "" "CASE;REGEX" "")
+  string(REGEX REPLACE "[^A-Za-z0-9_]" "_" target "mpp_compile_fail_${name}")
+  add_library(${target} OBJECT EXCLUDE_FROM_ALL ${source})
+  target_link_libraries(${target} PRIVATE mpp::mpp)
+  if(TARGET Boost::headers)  # what the shared PCH was built with
+    target_link_libraries(${target} PRIVATE Boost::headers)
+  endif()
+  target_precompile_headers(${target} REUSE_FROM ${MPP_PCH_TARGET})
+  target_compile_options(${target} PRIVATE ${MPP_PCH_OPTIONS})
+  mpp_project_warnings(${target})
+  target_compile_definitions(${target} PRIVATE MPP_COMPILE_FAIL_CASE=${ARG_CASE})
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target ${target})
+  if(ARG_REGEX)
+    set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "${ARG_REGEX}")
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT 300)
+endfunction()
+
 # Adds every immediate subdirectory that has a CMakeLists.txt, in name order, so that
 # a new lab, tool or test folder needs no edit of its parent.
 function(mpp_add_subdirectories)

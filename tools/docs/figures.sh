@@ -23,7 +23,7 @@ while (($#)); do
       echo "targets: mpprun mpp-schedule monolith pingpong memory_wall naive_pipeline gpipe one_f_one_b"
       echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer mpp-plot"
       echo "         lab17_multinode"
-      echo "figures: schedules pipeline monolith pingpong memory_wall data_parallel transformer multinode"
+      echo "figures: schedules pipeline recompute monolith pingpong memory_wall data_parallel transformer multinode"
       exit 0 ;;
     -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "figures: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -52,7 +52,7 @@ run() {
 # flat JSON object beside the figure it drew, for the chapters' tied numbers (`<!-- value: ... -->`,
 # tools/docs/mpp-docs check). FORMAT is what the lab prints:
 #   pipeline  the pipeline labs: per schedule S (naive, gpipe, 1f1b, interleaved, zb-h1,
-#             recompute+1f1b) step_ms[S], samples_per_s[S], bubble_pct[S], predicted_pct[S] (unit
+#             recompute+1f1b, recompute<segments>+1f1b) step_ms[S], samples_per_s[S], bubble_pct[S], predicted_pct[S] (unit
 #             costs), predicted_measured_costs_pct[S], predicted_with_messages_pct[S], message_us[S], rank<r>_bubble_pct[S],
 #             rank<r>_peak_kib[S], rank<r>_peak_mib[S], rank<r>_in_flight[S];
 #             utilisation_pct[rank <r>] and utilisation_pct[pipeline] (lab 06); lab 07's table per M:
@@ -76,7 +76,14 @@ values() {
       function kib(v, u) { return u ~ /^MiB/ ? v * 1024 : v }
       function id(type,    s) {  # Pipeline<Uniform<2>, GPipe<8>, Async<Shm>> -> gpipe
         s = type; sub(/^Pipeline</, "", s)
-        r = (s ~ /^Recompute</) ? "recompute+" : ""
+        r = ""
+        if (s ~ /^Recompute</) {  # Recompute<Uniform<2>, 4> -> recompute4+
+          r = "recompute+"
+          if (match(s, /^Recompute<[A-Za-z]+<[0-9]+>, [0-9]+>/)) {
+            segments = substr(s, 1, RLENGTH - 1); sub(/.*, /, "", segments)
+            r = "recompute" segments "+"; s = substr(s, RLENGTH + 1)
+          }
+        }
         sub(/^[^,]*, */, "", s); sub(/[<,].*$/, "", s)
         if (s == "Naive") return r "naive"
         if (s == "GPipe") return r "gpipe"
@@ -186,14 +193,22 @@ if wanted pipeline; then
   log_name=pipeline_measured_1f1b_p2 ranks 2 "$(binary examples/08_one_f_one_b/one_f_one_b)" "${args[@]}" --svg "$out/pipeline/measured_1f1b_p2.svg"
   log_name=pipeline_measured_interleaved_p2 ranks 2 "$(binary examples/09_interleaved_zero_bubble/interleaved)" "${args[@]}" --svg "$out/pipeline/measured_interleaved_p2.svg"
   log_name=pipeline_measured_zb-h1_p2 ranks 2 "$(binary examples/09_interleaved_zero_bubble/zero_bubble)" "${args[@]}" --svg "$out/pipeline/measured_zb-h1_p2.svg"
-  log_name=pipeline_measured_recompute_p2 ranks 2 "$(binary examples/10_recompute/recompute)" "${args[@]}" --svg "$out/pipeline/measured_recompute_p2.svg"
-  for s in naive gpipe 1f1b interleaved zb-h1 recompute; do
+  for s in naive gpipe 1f1b interleaved zb-h1; do
     values pipeline "pipeline_measured_${s}_p2" pipeline "$out/pipeline/measured_${s}_p2.json"
   done
   # Lab 07's table as it printed it, for chapter 07 to quote (<!-- quote ... -->) next to the plot.
   sed -n 's/^\[rank0\]: \( *\(M\|[0-9][0-9]*\) |.*\)$/\1/p' "$logs/pipeline_measured_gpipe_p2.log" \
     >"$out/pipeline/measured_gpipe_p2.txt"
   [[ -s $out/pipeline/measured_gpipe_p2.txt ]] || { echo "figures: lab 07 printed no table" >&2; exit 1; }
+fi
+
+if wanted recompute; then
+  # Lab 10 at the same scale as the pipeline labs: 1F1B with and without Recompute, and Recompute
+  # in 2 and 4 segments per stage (chapter 10's memory figures).
+  mkdir -p "$out/pipeline"
+  log_name=pipeline_measured_recompute_p2 ranks 2 "$(binary examples/10_recompute/recompute)" \
+    --hidden 512 --batch 64 --steps 10 --svg "$out/pipeline/measured_recompute_p2.svg"
+  values pipeline pipeline_measured_recompute_p2 recompute "$out/pipeline/measured_recompute_p2.json"
 fi
 
 if wanted monolith; then

@@ -27,6 +27,10 @@ template <class P>
 concept has_recompute_knob = requires {
   { P::recompute } -> std::convertible_to<bool>;
 };
+template <class P>
+concept has_segments_knob = requires {
+  { P::segments } -> std::convertible_to<int>;
+};
 }  // namespace detail
 
 /// Whether a stage policy asks for gradient checkpointing (see Recompute).
@@ -36,6 +40,15 @@ inline constexpr bool recomputes_v = [] {
     return static_cast<bool>(P::recompute);
   else
     return false;
+}();
+
+/// How many segments each stage is recomputed in (see Recompute); 1 when it is not recomputed.
+template <partition P>
+inline constexpr int recompute_segments_v = [] {
+  if constexpr (detail::has_segments_knob<P>)
+    return static_cast<int>(P::segments);
+  else
+    return 1;
 }();
 
 }  // namespace mpp

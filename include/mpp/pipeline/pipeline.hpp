@@ -70,6 +70,8 @@ class Pipeline {
   static constexpr int micro_batches = Sched::micro_batches;
   /// Whether the partition asks for activations to be recomputed in backward (Recompute<...>).
   static constexpr bool recompute = recomputes_v<Stages>;
+  /// Segments each stage is recomputed in (Recompute<Partition, Segments>); 1 otherwise.
+  static constexpr int recompute_segments = recompute ? recompute_segments_v<Stages> : 1;
 
   static_assert(
       detail::pieces_fit_chunks<Stages, chunks_per_rank>(),
@@ -93,7 +95,11 @@ class Pipeline {
   using rows = CompiledRows<Sched, Comm, stages>;
 
   /// The executor of this rank's rows: recompute and the split backward chosen by the types.
-  using executor_type = detail::Executor<Comm, recompute, rows::split_backward>;
+  static_assert(recompute_segments == 1 || !rows::split_backward,
+                "mpp: this schedule splits the backward (I then W) and keeps each stage's whole "
+                "graph until W, so recomputing a stage in several segments saves nothing; use "
+                "Recompute<Partition> (one segment) with it, or a schedule with a fused backward");
+  using executor_type = detail::Executor<Comm, recompute, rows::split_backward, recompute_segments>;
 
   /// The type's display name, "Pipeline<partition, schedule, comm policy>".
   static std::string name() {

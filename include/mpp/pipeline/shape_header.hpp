@@ -43,6 +43,12 @@ inline std::string to_string(const ActivationSpec& spec) {
 
 namespace detail {
 
+/// What `t` is as an activation: its dtype and its shape without the batch dimension.
+inline ActivationSpec spec_of(const at::Tensor& t) {
+  const auto sizes = t.sizes();
+  return ActivationSpec{t.scalar_type(), {sizes.begin() + 1, sizes.end()}};
+}
+
 struct ShapeHeader {
   static constexpr int slots = 16;
   static constexpr int max_dims = slots - 6;

@@ -1,0 +1,251 @@
+#pragma once
+// The message side of one rank's stages: each link's shape header, the receives posted for
+// activations (RECV_F) and gradients (RECV_B), waiting for them, and the sends. It computes
+// nothing: what it sends is what the compute left in the Slot, what it receives is handed to the
+// compute by the executor. Under a blocking comm policy a receive is complete when posted; under
+// an asynchronous one it is posted early and waited for where the value is needed.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpp/comm/communicator.hpp"
+#include "mpp/pipeline/executor_config.hpp"
+#include "mpp/pipeline/shape_header.hpp"
+#include "mpp/pipeline/stage_map.hpp"
+#include "mpp/pipeline/step_state.hpp"
+#include "mpp/schedule/action.hpp"
+#include "mpp/trace/recorder.hpp"
+
+namespace mpp::detail {
+
+template <comm_policy C>
+class StageLinks {
+ public:
+  /// Whether a send returns only once its message is out (and a receive once it is in).
+  static constexpr bool blocking = Communicator<C>::blocking;
+
+  /// `map`, `config` and `recorder` belong to the executor and outlive this object.
+  StageLinks(Communicator<C> comm, const StageMap& map, const ExecutorConfig& config,
+             trace::Recorder& recorder)
+      : comm_(std::move(comm)), map_(&map), config_(&config), recorder_(&recorder) {}
+
+  Communicator<C>& comm() { return comm_; }
+  const Communicator<C>& comm() const { return comm_; }
+
+  /// Announces every outgoing link's shape (the next stage's declared input) and the step's plan.
+  /// Async: as soon as the plan is known, before any compute, so that the receivers can post
+  /// their data receives while this rank computes (a receive posted before the send arrives
+  /// saves the sender's transport thread a wake-up). Blocking: right before the link's first
+  /// data message, where the lowering put the first SEND_F. Each SEND_F then checks that what
+  /// the stage really produces is what was announced.
+  void send_headers(Step& step, int only_chunk = -1) {
+    for (std::size_t c = 0; c < step.in_links.size(); ++c) {
+      const int chunk = static_cast<int>(c);
+      if ((only_chunk >= 0 && chunk != only_chunk) || map_->is_last_stage(chunk) ||
+          map_->local_neighbour(chunk, +1) || step.header_sent[c])
+        continue;
+      ShapeHeader h;
+      h.sender_stage = map_->stage_of(chunk);
+      h.batch = step.plan.batch;
+      h.micro_batches = config_->micro_batches;
+      h.spec = config_->expected_outputs[c];
+      const int peer = map_->neighbour_rank(chunk, +1);
+      step.pending_sends.add(comm_.send(h.encode(), peer, header_tag(map_->stage_of(chunk))));
+      step.header_sent[c] = true;
+    }
+  }
+
+  /// SEND_F: the micro-batch's output to the next stage, checked against the announced shape.
+  void send_activation(const Action& a, Step& step, bool drop_output) {
+    Slot& s = step.slot(a.chunk, a.micro_batch);
+    if (!s.output.defined())
+      throw PipelineError("mpp: SEND_F of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                          map_->stage_text(a.stage) + " before its forward; the table is invalid");
+    const auto t0 = recorder_->now();
+    const std::size_t chunk = static_cast<std::size_t>(a.chunk);
+    at::Tensor wire = s.output.detach();
+    const ActivationSpec produced = spec_of(wire);
+    if (produced != config_->expected_outputs[chunk])
+      throw PipelineError(
+          "mpp: " + map_->stage_text(a.stage + 1) + " expects activations " +
+          to_string(config_->expected_outputs[chunk]) + " but " + map_->stage_text(a.stage) +
+          " produces " + to_string(produced) +
+          "; the stages do not fit together: check the partition and the layer sizes at the cut "
+          "(the model's input_shape of the next stage's first layer)");
+    if (!step.header_sent[chunk]) send_headers(step, a.chunk);
+    step.pending_sends.add(
+        comm_.send(wire, a.peer, activation_tag(a.stage, a.micro_batch, map_->stages)));
+    if (drop_output) s.output = at::Tensor();  // the Request keeps the bytes until sent
+    recorder_->record(trace::EventKind::send, Op::SEND_F, a.micro_batch, a.chunk, a.peer, t0,
+                      recorder_->now());
+  }
+
+  /// SEND_B: the micro-batch's input gradient to the previous stage.
+  void send_gradient(const Action& a, Step& step) {
+    Slot& s = step.slot(a.chunk, a.micro_batch);
+    if (!s.input_grad.defined())
+      throw PipelineError("mpp: SEND_B of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                          map_->stage_text(a.stage) + " before its backward; the table is invalid");
+    const auto t0 = recorder_->now();
+    step.pending_sends.add(
+        comm_.send(s.input_grad, a.peer, gradient_tag(a.stage - 1, a.micro_batch, map_->stages)));
+    s.input_grad = at::Tensor();
+    recorder_->record(trace::EventKind::send, Op::SEND_B, a.micro_batch, a.chunk, a.peer, t0,
+                      recorder_->now());
+  }
+
+  /// RECV_F: post the receive now if the link's shape is known; otherwise post (async) or
+  /// receive (blocking) the link's header first and defer the data until it is read.
+  void post_activation_recv(const Action& a, Step& step) {
+    Slot& s = step.slot(a.chunk, a.micro_batch);
+    InLink& link = step.in_link(a.chunk);
+    const auto t0 = recorder_->now();
+    if (!link.known) {
+      if (!link.header_posted) {
+        link.header_buffer = ShapeHeader::buffer();
+        link.header_request = comm_.recv(link.header_buffer, a.peer, header_tag(a.stage - 1));
+        link.header_posted = true;
+      }
+      // Blocking, or the rank's first chunk (it can compute nothing before this input
+      // arrives): read the header now and post the data receive at once. A later chunk's
+      // header is read when that chunk first needs its input.
+      if (blocking || a.chunk == 0) {
+        read_header(a.chunk, a.peer, step);
+      } else {
+        s.recv_deferred = true;
+        return;
+      }
+    }
+    post_activation_buffer(a.chunk, a.micro_batch, a.peer, s, step);
+    if constexpr (blocking)
+      recorder_->record(trace::EventKind::recv_wait, Op::RECV_F, a.micro_batch, a.chunk, a.peer, t0,
+                        recorder_->now());
+  }
+
+  /// The input of F(stage > 0) from another rank: waits for the receive (reading the header
+  /// first if needed).
+  at::Tensor take_activation(const Action& a, Step& step) {
+    Slot& s = step.slot(a.chunk, a.micro_batch);
+    const int peer = map_->neighbour_rank(a.chunk, -1);
+    const auto t0 = recorder_->now();
+    InLink& link = step.in_link(a.chunk);
+    if (!link.known) {
+      if (!link.header_posted)
+        throw PipelineError("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                            map_->stage_text(map_->stage_of(a.chunk)) +
+                            " without a RECV_F before it; the table is not lowered");
+      read_header(a.chunk, peer, step);
+    }
+    if (!s.recv_buffer.defined())
+      throw PipelineError("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                          map_->stage_text(map_->stage_of(a.chunk)) +
+                          " without its RECV_F; the table is not lowered");
+    step.free_released_while(s.recv_request);
+    s.recv_request.wait();
+    if constexpr (!blocking)
+      recorder_->record(trace::EventKind::recv_wait, Op::RECV_F, a.micro_batch, a.chunk, peer, t0,
+                        recorder_->now());
+    return std::exchange(s.recv_buffer, at::Tensor());
+  }
+
+  /// RECV_B: the gradient has the shape of this micro-batch's output, known once F ran.
+  void post_gradient_recv(const Action& a, Step& step) {
+    Slot& s = step.slot(a.chunk, a.micro_batch);
+    if (!s.in_flight) {
+      if constexpr (blocking)
+        throw PipelineError("mpp: RECV_B of micro-batch " + std::to_string(a.micro_batch) + " on " +
+                            map_->stage_text(a.stage) +
+                            " before its forward; the table is invalid");
+      s.grad_deferred = true;
+      return;
+    }
+    const auto t0 = recorder_->now();
+    post_gradient_buffer(a.chunk, a.micro_batch, s);
+    if constexpr (blocking)
+      recorder_->record(trace::EventKind::recv_wait, Op::RECV_B, a.micro_batch, a.chunk, a.peer, t0,
+                        recorder_->now());
+  }
+
+  /// Posts the receive of the micro-batch's output gradient (its forward has run).
+  void post_gradient_buffer(int chunk, int micro_batch, Slot& s) {
+    const int peer = map_->neighbour_rank(chunk, +1);
+    s.grad_buffer = at::empty(s.out_shape, at::TensorOptions().dtype(s.out_dtype));
+    s.grad_request = comm_.recv(s.grad_buffer, peer,
+                                gradient_tag(map_->stage_of(chunk), micro_batch, map_->stages));
+    s.grad_deferred = false;
+  }
+
+  /// The output gradient of B/I from another rank: waits for the receive.
+  at::Tensor take_gradient(const Action& a, Step& step) {
+    Slot& s = step.slot(a.chunk, a.micro_batch);
+    if (!s.grad_buffer.defined())
+      throw PipelineError("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
+                          std::to_string(a.micro_batch) + " on " +
+                          map_->stage_text(map_->stage_of(a.chunk)) +
+                          " without its RECV_B; the table is not lowered");
+    const auto t0 = recorder_->now();
+    step.free_released_while(s.grad_request);
+    s.grad_request.wait();
+    if constexpr (!blocking)
+      recorder_->record(trace::EventKind::recv_wait, Op::RECV_B, a.micro_batch, a.chunk,
+                        map_->neighbour_rank(a.chunk, +1), t0, recorder_->now());
+    return std::exchange(s.grad_buffer, at::Tensor());
+  }
+
+ private:
+  /// Reads the link's shape header: checks it, learns the step's plan from it if this rank had
+  /// no batch, and posts the data receives that waited for it.
+  void read_header(int chunk, int peer, Step& step) {
+    InLink& link = step.in_link(chunk);
+    link.header_request.wait();
+    const int stage = map_->stage_of(chunk);
+    const ShapeHeader h = ShapeHeader::decode(link.header_buffer, stage - 1, stage);
+    map_->check_fit(h.spec, config_->expected_inputs[static_cast<std::size_t>(chunk)], stage - 1,
+                    stage);
+    if (h.micro_batches != config_->micro_batches)
+      throw PipelineError("mpp: " + map_->stage_text(stage) + " runs " +
+                          std::to_string(config_->micro_batches) + " micro-batches but " +
+                          map_->stage_text(stage - 1) + " runs " + std::to_string(h.micro_batches) +
+                          "; every rank must build the same Pipeline type");
+    if (!step.plan_known) {
+      step.set_plan(h.batch, config_->schedule_name);
+      if constexpr (!blocking) send_headers(step);  // pass the plan on at once
+    } else if (h.batch != step.plan.batch) {
+      throw PipelineError("mpp: " + map_->stage_text(stage - 1) + " sends a batch of " +
+                          std::to_string(h.batch) + " samples but " + map_->stage_text(stage) +
+                          " has " + std::to_string(step.plan.batch) +
+                          (map_->holds_last_stage() ? " targets" : " inputs") +
+                          "; pass inputs and targets of the same batch on every rank");
+    }
+    if (map_->holds_last_stage() && step.target_chunks.empty())
+      step.target_chunks = split_micro_batches(step.targets, step.plan);
+    link.spec = h.spec;
+    link.known = true;
+    // The link's shape is known: post the data receives that waited for it.
+    for (int mb = 0; mb < config_->micro_batches; ++mb) {
+      Slot& other = step.slot(chunk, mb);
+      if (other.recv_deferred) post_activation_buffer(chunk, mb, peer, other, step);
+    }
+  }
+
+  void post_activation_buffer(int chunk, int micro_batch, int peer, Slot& s, Step& step) {
+    const InLink& link = step.in_link(chunk);
+    std::vector<std::int64_t> shape{step.plan.sizes[static_cast<std::size_t>(micro_batch)]};
+    shape.insert(shape.end(), link.spec.per_sample.begin(), link.spec.per_sample.end());
+    s.recv_buffer = at::empty(shape, at::TensorOptions().dtype(link.spec.dtype));
+    s.recv_request = comm_.recv(
+        s.recv_buffer, peer, activation_tag(map_->stage_of(chunk) - 1, micro_batch, map_->stages));
+    s.recv_deferred = false;
+  }
+
+  Communicator<C> comm_;
+  const StageMap* map_;
+  const ExecutorConfig* config_;
+  trace::Recorder* recorder_;
+};
+
+}  // namespace mpp::detail
