@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
         const auto four = lab::train<mpp::Pipeline<FourSegments, mpp::OneFOneB<M>, Comm>>(world, o);
         // [/quote:segments]
         if (!two.report) return;
-        std::printf("Recompute in segments (1F1B, M = 8): checkpoints kept against graph rebuilt\n");
+        std::printf(
+            "Recompute in segments (1F1B, M = 8): checkpoints kept against graph rebuilt\n");
         lab::print_row("2 segments per stage", two);
         lab::print_row("4 segments per stage", four);
       });
