@@ -21,9 +21,10 @@ while (($#)); do
     --only) shift; while (($#)) && [[ $1 != --* ]]; do only+=("$1"); shift; done ;;
     --list)
       echo "targets: mpprun mpp-schedule monolith pingpong memory_wall naive_pipeline gpipe one_f_one_b"
-      echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer mpp-plot"
+      echo "         interleaved zero_bubble recompute manual_dp naive_dp ddp hybrid train_tiny_transformer"
+      echo "         mpp-plot"
       echo "         lab17_multinode"
-      echo "figures: schedules pipeline monolith pingpong memory_wall data_parallel transformer multinode"
+      echo "figures: schedules pipeline monolith pingpong memory_wall data_parallel ddp transformer multinode"
       exit 0 ;;
     -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "figures: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -61,6 +62,20 @@ run() {
 #   pingpong  lab 03's table per size Z ("4 B", "1 MiB"): median_us[Z], best_us[Z], median_ms[Z],
 #             best_ms[Z], median_mbps[Z], best_mbps[Z], median_gbps[Z], best_gbps[Z]; and over the
 #             sizes up to 16 KiB, best_us_min[<=16 KiB], best_us_max[<=16 KiB], best_us_median[<=16 KiB]
+#   naive_dp  lab 12's summary line: samples_per_s, compute_s (forward and backward), allreduce_s,
+#             allreduce_pct (of the run)
+#   ddp       lab 13: buckets, smallest_bucket_mib, largest_bucket_mib; per step in ms, the mean
+#             over the timed steps: backward_alone_ms, allreduce_alone_ms, sum_alone_ms,
+#             naive_span_ms, naive_backward_ms, naive_allreduce_ms (naive DP: backward, then the
+#             all-reduce), ddp_span_ms, ddp_wait_ms (DDP: backward with the buckets, of which
+#             waiting at its end), naive_exposed_ms, ddp_exposed_ms, hidden_pct (what is left to
+#             wait for after the last gradient: naive DP's all-reduce, DDP's wait; and the share of
+#             the first that the second hid), saved_ms, saved_pct (naive DP's span minus DDP's,
+#             and that over naive DP's span), naive_forward_ms, ddp_forward_ms, naive_adam_ms, ddp_adam_ms,
+#             naive_step_ms, ddp_step_ms, speedup (whole steps); the drawn step's landmarks, in ms
+#             from its start: drawn_naive_backward_end_ms, drawn_naive_averaged_ms,
+#             drawn_naive_allreduce_ms, drawn_ddp_first_bucket_ms, drawn_ddp_last_gradient_ms,
+#             drawn_ddp_averaged_ms, drawn_ddp_wait_ms
 # Every file also holds load_average: the 1-minute load average of the machine when the run ended.
 # Fails naming the log when the run printed none of what FORMAT expects.
 values() {
@@ -136,6 +151,61 @@ values() {
           if (lo == "" || $5 + 0 < lo) lo = $5 + 0
           if (hi == "" || $5 + 0 > hi) hi = $5 + 0
         }
+        next
+      }
+      format == "naive_dp" && /^rank 0 +[A-Za-z]+: [0-9.]+ samples\/s/ {
+        line = $0; gsub(/[(%|]/, " ", line); split(line, w, / +/)
+        # rank 0 PerTensor: N samples/s backward+forward C s, all-reduce A s P of the run
+        put("samples_per_s", w[4]); put("compute_s", w[7]); put("allreduce_s", w[10]); put("allreduce_pct", w[12])
+        next
+      }
+      format == "ddp" && /^[0-9]+ buckets, / { put("buckets", $1); put("smallest_bucket_mib", $3); put("largest_bucket_mib", $5); next }
+      format == "ddp" && /^  backward alone / { put("backward_alone_ms", $3); next }
+      format == "ddp" && /^  all-reduce of the buckets alone / { put("allreduce_alone_ms", $6); next }
+      format == "ddp" && /^  the two one after the other / { put("sum_alone_ms", $7); next }
+      format == "ddp" && /^  naive DP, backward \+ all-reduce / {
+        line = $0; gsub(/[(),]/, " ", line); split(line, w, / +/)
+        # "" naive DP backward + all-reduce SPAN backward B all-reduce A
+        put("naive_span_ms", w[7]); put("naive_backward_ms", w[9]); put("naive_allreduce_ms", w[11])
+        next
+      }
+      format == "ddp" && /^  DDP, backward with the buckets / {
+        line = $0; gsub(/[(),]/, " ", line); split(line, w, / +/)
+        put("ddp_span_ms", w[7]); put("ddp_wait_ms", w[12])
+        next
+      }
+      format == "ddp" && /^  left to wait for after the last gradient: / {
+        line = $0; gsub(/[(%,)]/, " ", line); split(line, w, / +/)
+        # "" left to wait for after the last gradient: naive DP N DDP D H hidden
+        put("naive_exposed_ms", w[12]); put("ddp_exposed_ms", w[14]); put("hidden_pct", w[15])
+        next
+      }
+      format == "ddp" && /^  span saved / {
+        line = $0; gsub(/[(%]/, " ", line); split(line, w, / +/)
+        put("saved_ms", w[4]); put("saved_pct", w[5])
+        next
+      }
+      format == "ddp" && /^  forward: naive DP / {
+        line = $0; gsub(/[,;]/, " ", line); split(line, w, / +/)
+        # "" forward: naive DP F DDP F Adam step: naive DP A DDP A
+        put("naive_forward_ms", w[5]); put("ddp_forward_ms", w[7]); put("naive_adam_ms", w[12]); put("ddp_adam_ms", w[14])
+        next
+      }
+      format == "ddp" && /^whole step: / {
+        line = $0; gsub(/[,x]/, " ", line); split(line, w, / +/)
+        # whole step: naive DP N ms DDP D ms speedup S
+        put("naive_step_ms", w[5]); put("ddp_step_ms", w[8]); put("speedup", w[11])
+        next
+      }
+      format == "ddp" && /^drawn step: / {
+        n0 = split($0, w, / +/)
+        # numbers in order: naive backward end, naive averaged, DDP first bucket, last gradient, averaged
+        k = 0
+        for (i = 1; i <= n0; ++i) if (w[i] ~ /^[0-9.]+$/) dn[++k] = w[i]
+        put("drawn_naive_backward_end_ms", dn[1]); put("drawn_naive_averaged_ms", dn[2])
+        put("drawn_naive_allreduce_ms", dn[2] - dn[1]); put("drawn_ddp_first_bucket_ms", dn[3])
+        put("drawn_ddp_last_gradient_ms", dn[4]); put("drawn_ddp_averaged_ms", dn[5])
+        put("drawn_ddp_wait_ms", dn[5] - dn[4])
         next
       }
       END {
@@ -215,10 +285,61 @@ fi
 if wanted data_parallel; then
   mkdir -p "$out/data_parallel"
   log_name=data_parallel_manual_dp run "$(binary examples/11_manual_dp/manual_dp)" 30 --svg "$out/data_parallel/manual_dp_losses.svg"
-  log_name=data_parallel_ddp_overlap ranks 2 "$(binary examples/13_ddp/ddp)" --steps 8 --svg "$out/data_parallel/ddp_overlap.svg"
   log_name=data_parallel_hybrid ranks 4 "$(binary examples/14_hybrid/hybrid)" 30 64 --svg "$out/data_parallel/hybrid_step.svg"
   log_name=data_parallel_predicted_1f1b_m4 run "$(binary tools/mpp-schedule/mpp-schedule)" 1f1b -p 2 -m 4 -q \
     --svg "$out/data_parallel/predicted_1f1b_m4_p2.svg"
+fi
+
+if wanted ddp; then
+  # Chapters 12 and 13. Lab 12 on 2 ranks: per-tensor and coalesced, then wider layers and a
+  # larger batch. Lab 13 twice: on 2 ranks of this host over loopback, and on one rank in each of
+  # two network namespaces whose link is limited to 2 Gbit/s (scripts/netns shape), where a
+  # transfer takes the link's time and leaves the CPU free. Each "node" gets a CPU of its own
+  # (taskset), as two machines would; mpprun binds its one rank to the CPU it is given. Each
+  # run's values beside its figure, and what rank 0 printed as text, for the chapters to quote.
+  mkdir -p "$out/data_parallel"
+  lab12=$(binary examples/12_naive_dp/naive_dp)
+  for v in "naive_dp:" "naive_dp_coalesced:--coalesced" "naive_dp_h512:--hidden 512" "naive_dp_b256:--global-batch 256"; do
+    name=${v%%:*}; read -r -a extra <<<"${v#*:}"
+    log_name=data_parallel_$name ranks 2 "$lab12" "${extra[@]}" >/dev/null
+    values naive_dp "data_parallel_$name" ddp "$out/data_parallel/$name.json"
+  done
+  sed -n 's/^\[rank[01]\]: //p' "$logs/data_parallel_naive_dp.log" | grep -E '^rank [01] ' |
+    sed -E 's/ +$//' >"$out/data_parallel/naive_dp.txt"
+  lab13=$(binary examples/13_ddp/ddp)
+  rank0_text() { sed -n 's/^\[rank0\]: //p' "$1" | grep -vE '^(BLAS|one naive DP step)' | sed -E 's/ +$//' | cat -s; }
+  log_name=data_parallel_ddp_loopback ranks 2 "$lab13" --steps 8 --svg "$out/data_parallel/ddp_overlap_loopback.svg"
+  values ddp data_parallel_ddp_loopback ddp "$out/data_parallel/ddp_overlap_loopback.json"
+  rank0_text "$logs/data_parallel_ddp_loopback.log" >"$out/data_parallel/ddp_overlap_loopback.txt"
+  if ! why=$("$root/scripts/netns" check 2>&1); then
+    echo "figures: SKIP ddp over a 2 Gbit/s link: ${why#netns: SKIP: } (the loopback run is drawn)" >&2
+  else
+    prefix="mpddp$$"; prefix=${prefix:0:10}
+    trap '"$root/scripts/netns" down "$prefix" >/dev/null 2>&1 || true' EXIT
+    "$root/scripts/netns" up "$prefix" >/dev/null
+    "$root/scripts/netns" shape "$prefix" 2gbit >/dev/null
+    master=$("$root/scripts/netns" addr "$prefix" 0)
+    mpprun=$(binary tools/mpprun/mpprun)
+    p=$((20000 + RANDOM % 20000))  # inside fresh namespaces: nobody else listens there
+    args=(--steps 8 --svg "$out/data_parallel/ddp_overlap.svg" --link "two network namespaces, 2 Gbit/s link")
+    name=data_parallel_ddp_link
+    echo "scripts/netns shape PREFIX 2gbit; one rank on each node, node i on CPU i: $lab13 ${args[*]}" | sed "s|$root/||g" >"$logs/$name.cmd"
+    echo "+ two namespaces joined by a 2 Gbit/s link, one rank each: $lab13 ${args[*]}" >&2
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$root/scripts/netns" exec "$prefix" 1 \
+      timeout --kill-after=5 600 taskset -c 1 "$mpprun" --nnodes 2 --node-rank 1 --nproc-per-node 1 \
+      --master-addr "$master" --master-port "$p" --log-dir "" "$lab13" "${args[@]}" >"$logs/$name.node1.log" 2>&1 &
+    node1=$!
+    rc=0
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$root/scripts/netns" exec "$prefix" 0 \
+      timeout --kill-after=5 600 taskset -c 0 "$mpprun" --nnodes 2 --node-rank 0 --nproc-per-node 1 \
+      --master-addr "$master" --master-port "$p" --log-dir "" "$lab13" "${args[@]}" 2>&1 | tee "$logs/$name.log" || rc=$?
+    wait "$node1" || rc=$?
+    "$root/scripts/netns" down "$prefix" >/dev/null 2>&1 || true
+    trap - EXIT
+    ((rc == 0)) || { tail -n 30 "$logs/$name.log" "$logs/$name.node1.log" >&2; echo "figures: lab 13 over the link failed" >&2; exit 1; }
+    values ddp "$name" ddp "$out/data_parallel/ddp_overlap.json"
+    rank0_text "$logs/$name.log" >"$out/data_parallel/ddp_overlap.txt"
+  fi
 fi
 
 if wanted transformer; then
