@@ -196,9 +196,60 @@ if wanted pipeline; then
   [[ -s $out/pipeline/measured_gpipe_p2.txt ]] || { echo "figures: lab 07 printed no table" >&2; exit 1; }
 fi
 
+# printed GROUP JSON PROGRAM LOG_NAME...: a values file like values' for the runs LOG_NAME... of
+# one chapter, whose numbers are what the awk PROGRAM takes from their printed lines (rank 0's
+# lines without their prefix, and the lines of a program run without mpprun). PROGRAM calls
+# put(KEY, NUMBER) and sees the log it reads as `run` (its LOG_NAME); an END block of its own can
+# put numbers derived from several runs (ratios, speed-ups). Fails when PROGRAM put nothing.
+printed() {
+  local group=$1 json=$2 program=$3 name commands="" files=()
+  shift 3
+  for name; do
+    commands+="${commands:+ ; }$(cat "$logs/$name.cmd")"
+    files+=("$logs/$name.log")
+  done
+  { printf '{\n  "remake": "tools/docs/mpp-docs figures --only %s",\n' "$group"
+    printf '  "command": "%s",\n' "$(printf '%s' "$commands" | sed 's/[\\"]/\\&/g')"
+    printf '  "log": "%s",\n' "$(printf 'build/release/figure-logs/%s.log ' "$@" | sed 's/ $//')"
+    printf '  "date": "%s",\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
+    printf '  "load_average": %s' "$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
+    awk '
+      function put(key, v) { printf ",\n  \"%s\": %s", key, v + 0; ++n }
+      FNR == 1 { run = FILENAME; sub(/^.*\//, "", run); sub(/\.log$/, "", run) }
+      /^\[rank[0-9]+\]: / { if (!/^\[rank0\]: /) next; sub(/^\[rank0\]: /, "") }
+      '"$program"'
+      END { if (n == 0) exit 1 }' "${files[@]}" ||
+      { echo "figures: ${files[*]} hold none of the numbers ${json#"$root"/} wants" >&2; exit 1; }
+    printf '\n}\n'; } >"$json.tmp"
+  mv "$json.tmp" "$json"
+  echo "figures: values of $* in ${json#"$root"/}" >&2
+}
+
 if wanted monolith; then
+  # Chapter 01: the default run draws the curve and is the output the chapter quotes
+  # (monolith.txt); the exercise's runs (fresh batches at hidden 128; hidden 64 and 16) give the
+  # numbers of its table. All in monolith/loss.json, keys suffixed by the run's flags.
   mkdir -p "$out/monolith"
-  log_name=monolith run "$(binary examples/01_monolith/monolith)" --svg "$out/monolith/loss.svg"
+  lab=$(binary examples/01_monolith/monolith)
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=monolith run "$lab" --svg "$out/monolith/loss.svg"
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=monolith_fresh run "$lab" --data fresh --steps 1500 --hidden 128
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=monolith_hidden_64 run "$lab" --hidden 64
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=monolith_hidden_16 run "$lab" --hidden 16
+  grep -v '^loss curve written to ' "$logs/monolith.log" >"$out/monolith/monolith.txt"
+  printed monolith "$out/monolith/loss.json" '
+    { r = run; sub(/^monolith_?/, "", r); sub(/_/, " ", r); r = (r == "" ? "" : "[" r "]") }
+    /^step +[0-9]+ +loss / { put("loss" r "[step " $2 "]", $4); last_step = $2 }
+    / steps in [0-9.]+ s: [0-9]+ samples\/s/ {
+      put("seconds" r, $4); put("samples_per_s" r, $6); put("step_ms" r, 1000 * $4 / $1)
+      speed[r] = $6
+    }
+    /^loss [0-9.]+ -> [0-9.]+ / {
+      put("first_loss" r, $2); put("last_loss" r, $4)
+      p = $5; gsub(/[(%]/, "", p); put("last_pct_of_first" r, p)
+    }
+    END {  # what a narrower model buys: samples/s against the default width (hidden 256)
+      for (k in speed) if (k ~ /hidden/ && speed[""] > 0) put("speedup_over_default" k, speed[k] / speed[""])
+    }' monolith monolith_fresh monolith_hidden_64 monolith_hidden_16
 fi
 
 if wanted pingpong; then
