@@ -20,10 +20,10 @@ while (($#)); do
     --build) build=$2; shift 2 ;;
     --only) shift; while (($#)) && [[ $1 != --* ]]; do only+=("$1"); shift; done ;;
     --list)
-      echo "targets: mpprun mpp-schedule monolith pingpong memory_wall naive_pipeline gpipe one_f_one_b"
+      echo "targets: mpprun mpp-schedule monolith manual_split pingpong memory_wall naive_pipeline gpipe one_f_one_b"
       echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer mpp-plot"
       echo "         lab17_multinode"
-      echo "figures: schedules pipeline monolith pingpong memory_wall data_parallel transformer multinode"
+      echo "figures: schedules pipeline monolith manual_split pingpong memory_wall data_parallel transformer multinode"
       exit 0 ;;
     -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "figures: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -250,6 +250,27 @@ if wanted monolith; then
     END {  # what a narrower model buys: samples/s against the default width (hidden 256)
       for (k in speed) if (k ~ /hidden/ && speed[""] > 0) put("speedup_over_default" k, speed[k] / speed[""])
     }' monolith monolith_fresh monolith_hidden_64 monolith_hidden_16
+fi
+
+if wanted manual_split; then
+  # Chapter 02 has no picture; its lab's output is quoted (manual_split.txt) and its numbers tied
+  # (manual_split.json). The exercise's cuts, 1 and 15, must leave the parameters exactly equal to
+  # the monolith's, as the chapter says; the group fails if they do not.
+  mkdir -p "$out/manual_split"
+  lab=$(binary examples/02_manual_split/manual_split)
+  for cut in 8 1 15; do
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=manual_split_cut_$cut run "$lab" --cut "$cut"
+    grep -q '= 0\.000e+00$' "$logs/manual_split_cut_$cut.log" ||
+      { echo "figures: lab 02 with --cut $cut did not end exactly equal to the monolith" >&2; exit 1; }
+  done
+  cp "$logs/manual_split_cut_8.log" "$out/manual_split/manual_split.txt"
+  printed manual_split "$out/manual_split/manual_split.json" '
+    run == "manual_split_cut_8" && /^step [0-9]+ +loss monolith / {
+      put("loss[step " $2 "]", $5); put("activation_grad_norm[step " $2 "]", $NF)
+      put("activation_grad_norm_in_1e-5[step " $2 "]", $NF * 1e5)
+    }
+    /^after [0-9]+ steps: max / { c = run; sub(/^manual_split_cut_/, "", c); put("max_diff[cut " c "]", $NF) }
+  ' manual_split_cut_8 manual_split_cut_1 manual_split_cut_15
 fi
 
 if wanted pingpong; then
