@@ -60,7 +60,9 @@ run() {
 #             samples_per_s[M=<m>], rank0_peak_kib[M=<m>], rank0_peak_mib[M=<m>], in_flight[M=<m>]
 #   pingpong  lab 03's table per size Z ("4 B", "1 MiB"): median_us[Z], best_us[Z], median_ms[Z],
 #             best_ms[Z], median_mbps[Z], best_mbps[Z], median_gbps[Z], best_gbps[Z]; and over the
-#             sizes up to 16 KiB, best_us_min[<=16 KiB], best_us_max[<=16 KiB], best_us_median[<=16 KiB]
+#             sizes up to 16 KiB, best_us_min[<=16 KiB], best_us_max[<=16 KiB], best_us_median[<=16 KiB],
+#             median_us_max[<=16 KiB]; over all sizes, best_gbps_max and median_over_best_max (the
+#             largest median / best ratio)
 # Every file also holds load_average: the 1-minute load average of the machine when the run ended.
 # Fails naming the log when the run printed none of what FORMAT expects.
 values() {
@@ -130,11 +132,14 @@ values() {
         z = "[" $1 " " $2 "]"
         put("median_us" z, $4); put("best_us" z, $5); put("median_ms" z, $4 / 1000); put("best_ms" z, $5 / 1000)
         put("median_mbps" z, $6); put("best_mbps" z, $7); put("median_gbps" z, $6 / 1000); put("best_gbps" z, $7 / 1000)
+        if (bw_hi == "" || $7 + 0 > bw_hi) bw_hi = $7 + 0
+        if ($5 > 0 && (spread == "" || $4 / $5 > spread)) spread = $4 / $5
         bytes = $1 * ($2 == "KiB" ? 1024 : $2 == "MiB" ? 1048576 : $2 == "GiB" ? 1073741824 : 1)
         if (bytes <= 16384) {
           small[++smalls] = $5 + 0
           if (lo == "" || $5 + 0 < lo) lo = $5 + 0
           if (hi == "" || $5 + 0 > hi) hi = $5 + 0
+          if (median_hi == "" || $4 + 0 > median_hi) median_hi = $4 + 0
         }
         next
       }
@@ -144,7 +149,9 @@ values() {
             for (j = i; j > 1 && small[j - 1] > small[j]; --j) { t = small[j]; small[j] = small[j - 1]; small[j - 1] = t }
           put("best_us_min[<=16 KiB]", lo); put("best_us_max[<=16 KiB]", hi)
           put("best_us_median[<=16 KiB]", smalls % 2 ? small[(smalls + 1) / 2] : (small[smalls / 2] + small[smalls / 2 + 1]) / 2)
+          put("median_us_max[<=16 KiB]", median_hi)
         }
+        if (bw_hi != "") { put("best_gbps_max", bw_hi / 1000); put("median_over_best_max", spread) }
         if (n == 0) exit 1
       }' "$logs/$name.log" || { echo "figures: $logs/$name.log holds none of the $format numbers" >&2; exit 1; }
     printf '\n}\n'; } >"$json.tmp"
@@ -277,6 +284,10 @@ if wanted pingpong; then
   mkdir -p "$out/basics"
   log_name=basics_pingpong ranks 2 "$(binary examples/03_pingpong/pingpong)" --svg "$out/basics/pingpong.svg"
   values pingpong basics_pingpong pingpong "$out/basics/pingpong.json"
+  # The table as rank 0 printed it, for chapter 03 to quote next to the curve.
+  sed -n 's/^\[rank0\]: \(one-way time = .*\| *size  *iters .*\| *[0-9][0-9]* [KMG]*i*B  .*\)$/\1/p' \
+    "$logs/basics_pingpong.log" >"$out/basics/pingpong.txt"
+  [[ -s $out/basics/pingpong.txt ]] || { echo "figures: lab 03 printed no table" >&2; exit 1; }
 fi
 
 if wanted memory_wall; then
