@@ -293,6 +293,12 @@ fi
 if wanted memory_wall; then
   mkdir -p "$out/memory"
   log_name=memory_memory_wall run "$(binary examples/04_memory_wall/memory_wall)" --svg "$out/memory/memory_wall.svg"
+  # Chapter 04's activation count against what the executor measures: lab 07 at the chapter's
+  # sizes (L = 8 layers per stage, batch 128, h = 1024), its table quoted as printed.
+  log_name=memory_gpipe_h1024 ranks 2 "$(binary examples/07_gpipe/gpipe)" --hidden 1024 --batch 128 --steps 2
+  values pipeline memory_gpipe_h1024 memory_wall "$out/memory/gpipe_h1024.json"
+  sed -n 's/^\[rank0\]: \( *\(M\|[0-9][0-9]*\) |.*\)$/\1/p' "$logs/memory_gpipe_h1024.log" >"$out/memory/gpipe_h1024.txt"
+  [[ -s $out/memory/gpipe_h1024.txt ]] || { echo "figures: lab 07 printed no table" >&2; exit 1; }
 fi
 
 if wanted data_parallel; then
