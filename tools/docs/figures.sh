@@ -23,7 +23,8 @@ while (($#)); do
       echo "targets: mpprun mpp-schedule monolith manual_split pingpong memory_wall naive_pipeline gpipe one_f_one_b"
       echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer mpp-plot"
       echo "         lab17_multinode"
-      echo "figures: schedules pipeline monolith manual_split pingpong memory_wall data_parallel transformer multinode"
+      echo "figures: schedules pipeline monolith manual_split pingpong memory_wall data_parallel (or: manual_dp"
+      echo "         hybrid, its chapters 11 and 14 alone) transformer multinode"
       exit 0 ;;
     -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "figures: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -205,25 +206,34 @@ fi
 
 # printed GROUP JSON PROGRAM LOG_NAME...: a values file like values' for the runs LOG_NAME... of
 # one chapter, whose numbers are what the awk PROGRAM takes from their printed lines (rank 0's
-# lines without their prefix, and the lines of a program run without mpprun). PROGRAM calls
-# put(KEY, NUMBER) and sees the log it reads as `run` (its LOG_NAME); an END block of its own can
-# put numbers derived from several runs (ratios, speed-ups). Fails when PROGRAM put nothing.
+# lines without their prefix, every rank's with all_ranks=1, and the lines of a program run
+# without mpprun). PROGRAM calls put(KEY, NUMBER) and sees the log it reads as `run` (its
+# LOG_NAME) and the line's rank as `rank`; an END block of its own can put numbers derived from
+# several runs (ratios, speed-ups). A LOG_NAME holding a / is a file a run wrote (a figure whose
+# subtitle holds a number), read as it is. Fails when PROGRAM put nothing.
 printed() {
-  local group=$1 json=$2 program=$3 name commands="" files=()
+  local group=$1 json=$2 program=$3 name commands="" logged=() files=()
   shift 3
   for name; do
+    if [[ $name == */* ]]; then files+=("$name"); continue; fi
     commands+="${commands:+ ; }$(cat "$logs/$name.cmd")"
+    logged+=("build/release/figure-logs/$name.log")
     files+=("$logs/$name.log")
   done
   { printf '{\n  "remake": "tools/docs/mpp-docs figures --only %s",\n' "$group"
     printf '  "command": "%s",\n' "$(printf '%s' "$commands" | sed 's/[\\"]/\\&/g')"
-    printf '  "log": "%s",\n' "$(printf 'build/release/figure-logs/%s.log ' "$@" | sed 's/ $//')"
+    printf '  "log": "%s",\n' "${logged[*]}"
     printf '  "date": "%s",\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
     printf '  "load_average": %s' "$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
-    awk '
+    awk -v all_ranks="${all_ranks:-0}" '
       function put(key, v) { printf ",\n  \"%s\": %s", key, v + 0; ++n }
       FNR == 1 { run = FILENAME; sub(/^.*\//, "", run); sub(/\.log$/, "", run) }
-      /^\[rank[0-9]+\]: / { if (!/^\[rank0\]: /) next; sub(/^\[rank0\]: /, "") }
+      { rank = 0 }
+      /^\[rank[0-9]+\]: / {
+        rank = $0; sub(/^\[rank/, "", rank); sub(/\].*$/, "", rank); rank += 0
+        if (rank != 0 && !all_ranks) next
+        sub(/^\[rank[0-9]+\]: /, "")
+      }
       '"$program"'
       END { if (n == 0) exit 1 }' "${files[@]}" ||
       { echo "figures: ${files[*]} hold none of the numbers ${json#"$root"/} wants" >&2; exit 1; }
@@ -301,13 +311,67 @@ if wanted memory_wall; then
   [[ -s $out/memory/gpipe_h1024.txt ]] || { echo "figures: lab 07 printed no table" >&2; exit 1; }
 fi
 
+if wanted data_parallel || wanted manual_dp; then
+  # Chapter 11: lab 11 as the chapter runs it (5 steps, its output quoted from manual_dp.txt) and
+  # for 30 steps drawing the losses; the monolith at the compute-bound size (hidden 1024, batch
+  # 128) for the samples/s the chapter's arithmetic starts from. Numbers in manual_dp.json.
+  mkdir -p "$out/data_parallel"
+  lab=$(binary examples/11_manual_dp/manual_dp)
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=data_parallel_manual_dp_5 run "$lab"
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=data_parallel_manual_dp run "$lab" 30 --svg "$out/data_parallel/manual_dp_losses.svg"
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=data_parallel_monolith_h1024 run "$(binary examples/01_monolith/monolith)" \
+    --hidden 1024 --batch 128 --steps 30
+  cp "$logs/data_parallel_manual_dp_5.log" "$out/data_parallel/manual_dp.txt"
+  printed manual_dp "$out/data_parallel/manual_dp.json" '
+    { r = (run == "data_parallel_manual_dp" ? "[30 steps]" : "") }
+    run ~ /manual_dp/ && /^step [0-9]+ +loss: whole batch / {
+      whole = $6; r0 = $12; r1 = $18; mean = $21
+      if (run ~ /_5$/ || $2 == 1) {
+        put("loss_whole" r "[step " $2 "]", whole); put("loss_replica0" r "[step " $2 "]", r0)
+        put("loss_replica1" r "[step " $2 "]", r1); put("loss_mean" r "[step " $2 "]", mean)
+      }
+      d = mean - whole; if (d < 0) d = -d; if (d > mean_whole[r]) mean_whole[r] = d
+      d = r0 - r1; if (d < 0) d = -d; if (d > replicas[r]) replicas[r] = d
+      seen[r] = 1
+    }
+    run ~ /manual_dp/ && /^replicas bit-identical: / { put("replicas_identical" r, $NF == "yes") }
+    run ~ /manual_dp/ && /^largest difference to the monolith after / {
+      put("monolith_diff" r, $9); put("monolith_diff_in_1e-9" r, $9 * 1e9)
+    }
+    run ~ /monolith/ && / steps in [0-9.]+ s: [0-9]+ samples\/s/ {
+      put("samples_per_s[monolith h1024 b128]", $6)
+      put("epoch_minutes[1e6 samples]", 1e6 / $6 / 60); put("hours[100 epochs of 1e6 samples]", 1e8 / $6 / 3600)
+    }
+    END {
+      for (r in seen) { put("mean_minus_whole_max" r, mean_whole[r]); put("replica_spread_max" r, replicas[r]) }
+    }' data_parallel_manual_dp_5 data_parallel_manual_dp data_parallel_monolith_h1024
+fi
+
 if wanted data_parallel; then
   mkdir -p "$out/data_parallel"
-  log_name=data_parallel_manual_dp run "$(binary examples/11_manual_dp/manual_dp)" 30 --svg "$out/data_parallel/manual_dp_losses.svg"
   log_name=data_parallel_ddp_overlap ranks 2 "$(binary examples/13_ddp/ddp)" --steps 8 --svg "$out/data_parallel/ddp_overlap.svg"
+fi
+
+if wanted data_parallel || wanted hybrid; then
+  # Chapter 14: the hybrid lab on 4 ranks draws replica 0's step; its output is quoted, sorted by
+  # rank (hybrid.txt), and its numbers are in hybrid.json: each rank's samples/s and all-reduce
+  # time, and the bubble the lab wrote into the figure's subtitle.
+  mkdir -p "$out/data_parallel"
   log_name=data_parallel_hybrid ranks 4 "$(binary examples/14_hybrid/hybrid)" 30 64 --svg "$out/data_parallel/hybrid_step.svg"
   log_name=data_parallel_predicted_1f1b_m4 run "$(binary tools/mpp-schedule/mpp-schedule)" 1f1b -p 2 -m 4 -q \
     --svg "$out/data_parallel/predicted_1f1b_m4_p2.svg"
+  grep -a '^\[rank[0-9]*\]: ' "$logs/data_parallel_hybrid.log" | grep -av '^\[rank[0-9]*\]: BLAS: \| drawn in ' |
+    sort -s -t: -k1,1 >"$out/data_parallel/hybrid.txt"
+  all_ranks=1 printed hybrid "$out/data_parallel/hybrid.json" '
+    rank == 0 && /^step +[0-9]+ +global mean loss / { put("loss[step " $2 "]", $NF) }
+    /^rank [0-9]+: [0-9]+ samples\/s, [0-9.]+ ms per step averaging / {
+      r = $2; sub(/:$/, "", r); put("samples_per_s[rank " r "]", $3); put("allreduce_ms[rank " r "]", $5); ++ranks
+    }
+    FILENAME ~ /\.svg$/ && match($0, /pipeline bubble measured [0-9.]+%, predicted [0-9.]+%/) {
+      split(substr($0, RSTART, RLENGTH), w, /[ %,]+/); put("bubble_pct[rank 0]", w[4]); put("predicted_pct[rank 0]", w[6])
+    }
+    END { if (ranks != 4) { print "figures: lab 14 did not report 4 ranks" > "/dev/stderr"; exit 1 } }
+    ' data_parallel_hybrid "$out/data_parallel/hybrid_step.svg"
 fi
 
 if wanted transformer; then
