@@ -225,8 +225,8 @@ printed() {
     printf '  "log": "%s",\n' "${logged[*]}"
     printf '  "date": "%s",\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
     printf '  "load_average": %s' "$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
-    awk -v all_ranks="${all_ranks:-0}" '
-      function put(key, v) { printf ",\n  \"%s\": %s", key, v + 0; ++n }
+    awk -v all_ranks="${all_ranks:-0}" -v CONVFMT=%.10g '
+      function put(key, v) { printf ",\n  \"%s\": %s", key, v + 0 ""; ++n }
       FNR == 1 { run = FILENAME; sub(/^.*\//, "", run); sub(/\.log$/, "", run) }
       { rank = 0 }
       /^\[rank[0-9]+\]: / {
@@ -375,16 +375,32 @@ if wanted data_parallel || wanted hybrid; then
 fi
 
 if wanted transformer; then
-  # Chapter 15's two runs: the default config (2 blocks) and the same with 4 blocks.
+  # Chapter 15's runs: the default config (2 blocks), the same with 4 blocks (each with the CPU
+  # time it took, appended to its log: on shared cores the wall time says little), and the
+  # 100-step reference run of its checkpoint exercise.
   mkdir -p "$out/transformer"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   lab=$(binary examples/15_tiny_transformer/train_tiny_transformer)
-  log_name=transformer_2_blocks run "$lab" --epochs 2 --out-dir "$tmp/l2"
+  # CPU seconds between two outputs of `times` (user + system of this shell's finished children;
+  # called in this shell, not in a $(...) subshell, whose children are its own).
+  cpu_between() {
+    awk 'FNR == 2 { for (i = 1; i <= 2; ++i) { split($i, t, "m"); sub(/s$/, "", t[2]); s[FILENAME] += t[1] * 60 + t[2] } }
+         END { printf "%.2f", s[ARGV[2]] - s[ARGV[1]] }' "$1" "$2"
+  }
+  times >"$tmp/times0"
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=transformer_2_blocks run "$lab" --epochs 2 --out-dir "$tmp/l2"
+  times >"$tmp/times1"
+  echo "figures: cpu seconds $(cpu_between "$tmp/times0" "$tmp/times1")" >>"$logs/transformer_2_blocks.log"
   cp "$tmp/l2/loss_curve.svg" "$out/transformer/loss_curve_2_blocks.svg"
+  grep -a '^greedy sample: ' "$logs/transformer_2_blocks.log" >"$out/transformer/greedy_sample_2_blocks.txt"
   sed 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 4/' config/config.json >"$tmp/config4.json"
-  log_name=transformer_4_blocks run "$lab" --config "$tmp/config4.json" --epochs 2 --out-dir "$tmp/l4"
+  times >"$tmp/times0"
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=transformer_4_blocks run "$lab" --config "$tmp/config4.json" --epochs 2 --out-dir "$tmp/l4"
+  times >"$tmp/times1"
+  echo "figures: cpu seconds $(cpu_between "$tmp/times0" "$tmp/times1")" >>"$logs/transformer_4_blocks.log"
   cp "$tmp/l4/loss_curve.svg" "$out/transformer/loss_curve_4_blocks.svg"
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 log_name=transformer_100_steps run "$lab" --max-steps 100 --out-dir "$tmp/s100"
   # Chapter 16: the same program on 2 ranks with DDP; each rank's train.log, drawn by mpp-plot.
   log_name=transformer_ddp2 ranks 2 "$lab" --ddp --epochs 2 --out-dir "$tmp/ddp2"
   log_name=transformer_ddp2_plot run "$(binary tools/docs/mpp-plot)" --x 1 --y 2 \
@@ -393,6 +409,72 @@ if wanted transformer; then
     --x-label "optimizer step" --y-label "cross-entropy (nats per character)" \
     "$tmp/ddp2/logs/rank_0/train.log=rank 0" "$tmp/ddp2/logs/rank_1/train.log=rank 1" \
     --svg "$out/transformer/ddp2_rank_losses.svg"
+  # The numbers of chapters 15 and 16, from what the runs printed and the files they wrote
+  # (metrics.csv: step,epoch,train_loss,validation_loss,...; train.log: step loss samples/s time).
+  printed transformer "$out/transformer/transformer.json" '
+    function label(    f) {
+      f = FILENAME
+      if (f ~ /\/l2\// || run == "transformer_2_blocks") return "[2 blocks]"
+      if (f ~ /\/l4\// || run == "transformer_4_blocks") return "[4 blocks]"
+      if (run == "transformer_100_steps") return "[100 steps]"
+      if (f ~ /rank_0\/train\.log$/) return "[ddp2 rank 0]"
+      if (f ~ /rank_1\/train\.log$/) return "[ddp2 rank 1]"
+      return "[ddp2]"
+    }
+    function number_after(text,    v) {  # the number that follows text on this line
+      if (!match($0, text " [0-9.]+")) return ""
+      v = substr($0, RSTART, RLENGTH); sub(/^.* /, "", v); return v
+    }
+    { r = label() }
+    /rank\(s\), [0-9]+ samples per rank per step/ {
+      per_rank[r] = number_after("rank\\(s\\),"); ranks[r] = $0; sub(/ rank\(s\),.*/, "", ranks[r]); sub(/.* /, "", ranks[r])
+      chars[r] = number_after("sequences of")
+    }
+    /^done: [0-9]+ steps in [0-9.]+ s / {
+      put("seconds" r, $5); put("samples_per_s" r, $2 * per_rank[r] * ranks[r] / $5)
+      put("characters_per_s" r, $2 * per_rank[r] * ranks[r] * chars[r] / $5)
+      put("last_train_loss" r, number_after("last train loss")); put("last_validation_loss" r, number_after("validation loss"))
+    }
+    /^figures: cpu seconds / { put("cpu_seconds" r, $NF); cpu[r] = $NF }
+    FILENAME ~ /metrics\.csv$/ && /^[0-9]/ {
+      split($0, c, ","); s = c[1] + 0
+      train[r, s] = c[3]; if (s > last[r]) last[r] = s
+      if (s == 1 || s == 5 || s == 100 || s == 300 || s == 584) put("train_loss" r "[step " s "]", c[3])  # the tables steps
+      if (c[4] != "") {
+        put("validation_loss" r "[step " s "]", c[4])
+        if (c[4] < 1 && !(r in below_1)) { below_1[r] = s; put("first_validation_below_1" r, s) }
+      }
+    }
+    FILENAME ~ /train\.log$/ && /^[0-9]/ {
+      rank_loss[r, $1 + 0] = $2; steps[$1 + 0] = 1
+      if ($1 == 5 || $1 == 100 || $1 == 300 || $1 == 584) put("loss" r "[step " $1 "]", $2)
+    }
+    END {
+      if (cpu["[2 blocks]"] > 0) put("cpu_ratio[4 blocks / 2 blocks]", cpu["[4 blocks]"] / cpu["[2 blocks]"])
+      # How far the two ranks losses lie apart (chapter 16): the mean gap over the run, early, late.
+      for (s in steps) {
+        if (!(("[ddp2 rank 0]", s) in rank_loss) || !(("[ddp2 rank 1]", s) in rank_loss)) continue
+        d = rank_loss["[ddp2 rank 0]", s] - rank_loss["[ddp2 rank 1]", s]; if (d < 0) d = -d
+        gap += d; ++gaps
+        if (s + 0 <= 50) { early += d; ++earlies }
+        if (s + 0 > 400) { late += d; ++lates; level += (rank_loss["[ddp2 rank 0]", s] + rank_loss["[ddp2 rank 1]", s]) / 2 }
+      }
+      if (gaps) put("rank_gap_mean", gap / gaps)
+      if (earlies) put("rank_gap_mean[steps <= 50]", early / earlies)
+      if (lates) { put("rank_gap_mean[steps > 400]", late / lates); put("rank_loss_mean[steps > 400]", level / lates) }
+      # Where 2 ranks and 1 process part (chapter 16): the first step whose train losses differ
+      # by more than 1e-5, 1e-3, 1e-2.
+      for (s = 1; s <= last["[ddp2]"]; ++s) {
+        if (!(("[ddp2]", s) in train) || !(("[2 blocks]", s) in train)) continue
+        d = train["[ddp2]", s] - train["[2 blocks]", s]; if (d < 0) d = -d
+        if (d > 1e-5 && !a5) { a5 = 1; put("first_step_apart[1e-5]", s) }
+        if (d > 1e-3 && !a3) { a3 = 1; put("first_step_apart[1e-3]", s) }
+        if (d > 1e-2 && !a2) { a2 = 1; put("first_step_apart[1e-2]", s) }
+      }
+    }
+  ' transformer_2_blocks transformer_4_blocks transformer_100_steps transformer_ddp2 \
+    "$tmp/l2/metrics.csv" "$tmp/l4/metrics.csv" "$tmp/ddp2/metrics.csv" \
+    "$tmp/ddp2/logs/rank_0/train.log" "$tmp/ddp2/logs/rank_1/train.log"
 fi
 
 if wanted multinode; then
