@@ -514,6 +514,8 @@ if wanted multinode; then
       local name=$1 p rc=0 node1; shift
       p=$(port)
       echo "+ two namespaces, node0 $master and node1 $("$root/scripts/netns" addr "$prefix" 1), 2 ranks each: $lab $*" >&2
+      echo "scripts/netns exec $prefix 0|1 $mpprun --nnodes 2 --node-rank 0|1 --nproc-per-node 2 --master-addr $master --master-port $p --log-dir '' $lab $*" |
+        sed "s|$root/||g" >"$logs/$name.node0.cmd"
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$root/scripts/netns" exec "$prefix" 1 \
         timeout --kill-after=5 300 "$mpprun" --nnodes 2 --node-rank 1 --nproc-per-node 2 \
         --master-addr "$master" --master-port "$p" --log-dir "" "$lab" "$@" >"$logs/$name.node1.log" 2>&1 &
@@ -553,6 +555,24 @@ if wanted multinode; then
     done
     two_nodes multinode_pipeline_timeline --mode pipeline --steps 10 --hidden 512 --batch 64 \
       --svg "$out/17-cluster/netns_measured_pipeline_1f1b_p4.svg"
+    # The chapter's numbers: each mode's final loss and veth bytes (the "figures:" line above),
+    # and the measured step's time and bubble, from the subtitle the lab wrote into its picture.
+    printed multinode "$out/17-cluster/netns.json" '
+      /^figures: (ddp|pipeline): final loss two namespaces / {
+        m = $2; sub(/:$/, "", m)
+        v = $7; sub(/,$/, "", v); put("final_loss_two_namespaces[" m "]", v)
+        v = $10; sub(/;$/, "", v); put("final_loss_one_host[" m "]", v)
+        put("losses_equal[" m "]", index($0, "equal at every step") > 0)
+        put("veth_sent_mb[" m "]", number_after("sent") / 1e6); put("veth_received_mb[" m "]", number_after("received") / 1e6)
+      }
+      function number_after(text,    v) {
+        if (!match($0, text " [0-9]+")) return ""
+        v = substr($0, RSTART, RLENGTH); sub(/^.* /, "", v); return v
+      }
+      FILENAME ~ /\.svg$/ && match($0, /step [0-9.]+ ms, bubble [0-9.]+%/) {
+        split(substr($0, RSTART, RLENGTH), w, /[ %,]+/); put("step_ms[timeline]", w[2]); put("bubble_pct[timeline]", w[5])
+      }
+    ' multinode_ddp.node0 multinode_pipeline.node0 "$out/17-cluster/netns_measured_pipeline_1f1b_p4.svg"
   fi
 fi
 
