@@ -511,8 +511,9 @@ if wanted multinode; then
       grep -ao 'mpp-job: step [0-9]* loss [-0-9.eE+]*' "$1" | awk '{print $3, $5}'
     }
     two_nodes() {  # two_nodes NAME JOB-ARGS...: node1 in the background, node0 here; NAME.node<i>.log
-      local name=$1 p rc=0 node1; shift
+      local name=$1 p rc=0 node1 start; shift
       p=$(port)
+      start=$(date +%s.%N)
       echo "+ two namespaces, node0 $master and node1 $("$root/scripts/netns" addr "$prefix" 1), 2 ranks each: $lab $*" >&2
       echo "scripts/netns exec $prefix 0|1 $mpprun --nnodes 2 --node-rank 0|1 --nproc-per-node 2 --master-addr $master --master-port $p --log-dir '' $lab $*" |
         sed "s|$root/||g" >"$logs/$name.node0.cmd"
@@ -526,6 +527,8 @@ if wanted multinode; then
       wait "$node1" || rc=$?
       ((rc == 0)) || { tail -n 30 "$logs/$name.node0.log" "$logs/$name.node1.log" >&2
                        echo "figures: the two-namespace run $name failed" >&2; exit 1; }
+      echo "figures: wall seconds $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')" \
+        >>"$logs/$name.node0.log"
     }
     final() { grep -ao 'mpp-job: final loss [-0-9.eE+naninf]*' "$1" | tail -n1 | awk '{print $4}'; }
     steps=20
@@ -564,7 +567,11 @@ if wanted multinode; then
         v = $10; sub(/;$/, "", v); put("final_loss_one_host[" m "]", v)
         put("losses_equal[" m "]", index($0, "equal at every step") > 0)
         put("veth_sent_mb[" m "]", number_after("sent") / 1e6); put("veth_received_mb[" m "]", number_after("received") / 1e6)
+        put("veth_sent_kb_per_step[" m "]", number_after("sent") / 1e3 / number_after("B in"))
+        put("veth_received_kb_per_step[" m "]", number_after("received") / 1e3 / number_after("B in"))
+        put("steps[" m "]", number_after("B in"))
       }
+      /^figures: wall seconds / { m = run; sub(/^multinode_/, "", m); sub(/\.node0$/, "", m); put("wall_s_two_namespaces[" m "]", $NF) }
       function number_after(text,    v) {
         if (!match($0, text " [0-9]+")) return ""
         v = substr($0, RSTART, RLENGTH); sub(/^.* /, "", v); return v
