@@ -24,7 +24,7 @@ while (($#)); do
       echo "         interleaved zero_bubble recompute manual_dp ddp hybrid train_tiny_transformer mpp-plot"
       echo "         lab17_multinode"
       echo "figures: schedules pipeline monolith manual_split pingpong memory_wall data_parallel (or: manual_dp"
-      echo "         hybrid, its chapters 11 and 14 alone) transformer multinode"
+      echo "         hybrid, its chapters 11 and 14 alone) transformer multinode faults"
       exit 0 ;;
     -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "figures: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -581,6 +581,35 @@ if wanted multinode; then
       }
     ' multinode_ddp.node0 multinode_pipeline.node0 "$out/17-cluster/netns_measured_pipeline_1f1b_p4.svg"
   fi
+fi
+
+if wanted faults; then
+  # Chapter 17's fault table: the multi-node fault tests (a rank SIGKILLed or stalled at step 3,
+  # with one launcher and with one per node; no root needed), whose PASS lines give how long
+  # the job took to stop after the fault and how the launchers exited. Values in faults.json.
+  mkdir -p "$out/17-cluster"
+  for test in kill stall; do
+    for mode in ddp pipeline; do
+      log_name=faults_${test}_$mode run env MPP_SOURCE_DIR=. MPPRUN="$(binary tools/mpprun/mpprun)" \
+        MPP_JOB="$(binary examples/17_multinode/lab17_multinode)" bash tests/multinode/fault_$test.sh "$mode"
+    done
+  done
+  printed faults "$out/17-cluster/faults.json" '
+    { m = run; sub(/^faults_(kill|stall)_/, "", m) }
+    /^PASS: one launcher: exit [0-9]+, .* all ranks gone [0-9.]+ s after the kill/ {
+      v = $0; sub(/^PASS: one launcher: exit /, "", v); sub(/,.*/, "", v); put("exit[kill, one launcher, " m "]", v)
+      v = $0; sub(/ s after the kill.*/, "", v); sub(/.* /, "", v); put("stopped_s[kill, one launcher, " m "]", v)
+    }
+    /^node 1: exit [0-9]+; node 0: exit [0-9]+, [0-9.]+ s after the kill/ {
+      v = $4; sub(/;$/, "", v); put("exit_node1[kill, one launcher per node, " m "]", v)
+      v = $8; sub(/,$/, "", v); put("exit_node0[kill, one launcher per node, " m "]", v)
+      put("stopped_s[kill, one launcher per node, " m "]", $9)
+    }
+    /^PASS: stall: .* job ended [0-9.]+ s after the stall began, exit [0-9]+/ {
+      put("exit[stall, " m "]", $NF)
+      v = $0; sub(/ s after the stall began.*/, "", v); sub(/.* /, "", v); put("stopped_s[stall, " m "]", v)
+    }
+  ' faults_kill_ddp faults_kill_pipeline faults_stall_ddp faults_stall_pipeline
 fi
 
 echo "figures: written under docs/figures/ (check them with tools/docs/mpp-docs check)"
