@@ -82,6 +82,9 @@ chapter '<!-- run -->' '```' '$ echo x >>count; \' '    wc -l <count' '1' '$ seq
 run_passes "$repo" "one run per command"
 chapter '<!-- run -->' '```' '$ seq 1 3 \' '  | tac' '3' '...' '' '$ seq 2 2' '2' '```'
 run_passes "$repo" "continued line, two commands, blank separator"
+# A sh block runs line by line; a later block shows the output of one of its commands.
+chapter '<!-- run -->' '```sh' "echo 1 >n" "printf 'x 1\\n'; cat n" '```' "<!-- run: printf 'x 1\\n'; cat n -->" '```' 'x 1' '2' '```'
+run_fails "$repo" "sh block" "line 13 of docs/01-one.md expects: 2" "but output line 2: 1"
 # Markers that cannot be used.
 chapter '<!-- run frob=1 -->' '```' '$ true' '```'
 run_fails "$repo" "unknown option" "docs/01-one.md:5: unknown option \"frob=1\""
