@@ -85,6 +85,12 @@ run_passes "$repo" "continued line, two commands, blank separator"
 # A sh block runs line by line; a later block shows the output of one of its commands.
 chapter '<!-- run -->' '```sh' "echo 1 >n" "printf 'x 1\\n'; cat n" '```' "<!-- run: printf 'x 1\\n'; cat n -->" '```' 'x 1' '2' '```'
 run_fails "$repo" "sh block" "line 13 of docs/01-one.md expects: 2" "but output line 2: 1"
+# A long run is skipped unless --long; a unit glued to a number (1.40x) leaves it a number.
+chapter '<!-- run long -->' '```' '$ echo speedup 1.40x' 'speedup 0.76x' '$ echo 7' '8' '```'
+run_passes "$repo" "long run skipped"
+out=$("$tool" run --long --root "$repo" --build "$work/build" "$repo/docs/01-one.md" 2>&1)
+grep -qF "line 10 of docs/01-one.md expects: 8" <<<"$out" || { fail "long run with --long"; echo "$out" >&2; }
+grep -qF "expects: speedup" <<<"$out" && { fail "1.40x against 0.76x"; echo "$out" >&2; }
 # Markers that cannot be used.
 chapter '<!-- run frob=1 -->' '```' '$ true' '```'
 run_fails "$repo" "unknown option" "docs/01-one.md:5: unknown option \"frob=1\""
