@@ -7,14 +7,16 @@
 // asynchronous all-reduce the moment a bucket is full; backward keeps computing meanwhile, and
 // only the tail of the communication is left to wait for at the end.
 //
-// The lab measures, per step: backward alone (no communication), the all-reduce alone (no
-// compute), and backward under DDP. If nothing overlapped, the last would be the sum of the first
-// two; the difference is the communication DDP hid. Then it compares whole training steps with
-// naive DP, and finally the optimizer step replicated on every rank against sharded over the
-// ranks (ShardedOptimizer: each rank steps its share of the parameters, then shares them).
+// Both sides do the same work: the same forward and backward, the same gradients averaged over
+// Gloo with asynchronous all-reduces, the same Adam step. What differs is when the all-reduces
+// start: naive DP posts them after backward (NaiveDP<Async<Gloo>, PerTensor>: one per gradient
+// tensor), DDP as its buckets fill. The compared span is backward plus averaging, from the start
+// of backward() to the moment every gradient holds the mean; forward and the Adam step, the same
+// on both sides, are timed apart. The lab also measures backward alone (DDP's no_sync()) and the
+// buckets' all-reduces alone: if nothing overlapped, DDP's span would be their sum.
 //
-//   mpprun --nproc-per-node 2 ./ddp [--hidden 1024] [--global-batch 128] [--bucket-mb 25] [--steps
-//   20] [--svg overlap.svg]
+//   mpprun --nproc-per-node 2 ./ddp [--hidden 1024] [--global-batch 128] [--bucket-mb 1]
+//                                   [--steps 8] [--svg overlap.svg [--link "what joins them"]]
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/nn/modules/loss.h>
 #include <torch/optim/adam.h>
@@ -22,6 +24,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -40,14 +43,14 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+double ms_since(Clock::time_point start, Clock::time_point t = Clock::now()) {
+  return std::chrono::duration<double, std::milli>(t - start).count();
 }
 
 struct Setup {
   mpp::models::MlpConfig cfg;
   std::int64_t local_batch = 64;
-  int steps = 20;
+  int steps = 8;
 };
 
 mpp::models::Batch local_batch(const Setup& s, const mpp::ProcessGroup& world, int step) {
@@ -71,76 +74,80 @@ struct ReadyClock final : torch::autograd::FunctionPostHook {
   std::size_t index;
 };
 
-/// One step's landmarks on rank 0, in milliseconds from the step's start.
+/// One step's landmarks, in milliseconds from the step's start. `averaged` is the moment every
+/// gradient holds the mean: the end of the all-reduce after backward (naive DP), the return of
+/// backward() (DDP).
 struct StepTimes {
-  double forward_end = 0, backward_end = 0, step_end = 0;
-  double last_gradient = 0;             // DDP: when the last gradient was ready
-  std::vector<double> launched;         // DDP: bucket b's all-reduce started
-  double sync_begin = 0, sync_end = 0;  // naive DP: the all-reduce after backward
+  Clock::time_point start;
+  double forward_end = 0, backward_end = 0, averaged = 0, step_end = 0;
+  double last_gradient = 0;      // DDP: when the last gradient was ready
+  std::vector<double> launched;  // DDP: bucket b's all-reduce started
 };
 
-double ms_since(Clock::time_point start, Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(t - start).count();
-}
+/// Per-step averages over the timed steps (milliseconds).
+struct Averages {
+  double forward = 0, backward = 0, averaging = 0, adam = 0;
+  double span() const {
+    return backward + averaging;
+  }  // backward plus averaging: the compared span
+  double step() const { return forward + span() + adam; }
+};
 
-// Naive DP's step and DDP's step on one time axis: compute in one lane, communication below.
+// Naive DP's step and DDP's step on one time axis, up to the moment the gradients are averaged
+// (the Adam step that follows is the same on both sides and is left out).
 void draw_overlap(const std::string& path, const StepTimes& naive, const StepTimes& ddp,
                   const std::string& subtitle) {
-  const std::string compute = "#4e79a7", reduce = "#bab0ac", wait = "#e15759", adam = "#76b7b2";
-  std::vector<std::string> lanes{"naive DP: compute", "naive DP: all-reduce", "DDP: compute"};
+  const std::string forward = "#4e79a7", backward = "#59a14f", reduce = "#bab0ac",
+                    launch = "#79706e", wait = "#e15759";
+  const std::vector<std::string> lanes{"naive DP: compute", "naive DP: all-reduce", "DDP: compute",
+                                       "DDP: all-reduce"};
   std::vector<mpp::trace::LaneSpan> spans{
-      {0, 0, naive.forward_end, "forward", compute, ""},
-      {0, naive.forward_end, naive.sync_begin, "backward", "#59a14f", ""},
-      {1, naive.sync_begin, naive.sync_end, "all-reduce, every gradient", reduce, ""},
-      {0, naive.sync_end, naive.step_end, "", adam, "Adam step"},
-      {2, 0, ddp.forward_end, "forward", compute, ""},
-      {2, ddp.last_gradient, ddp.backward_end, "", wait,
-       "backward() waiting for the all-reduces after the last gradient"},
-      {2, ddp.backward_end, ddp.step_end, "", adam, "Adam step"}};
-  // The backward in pieces: from one bucket's launch to the next, it computes that bucket's
-  // gradients.
-  double from = ddp.forward_end;
-  for (std::size_t b = 0; b < ddp.launched.size(); ++b) {
-    spans.push_back({2, from, ddp.launched[b], "bucket " + std::to_string(b), "#59a14f",
-                     "backward: the gradients of bucket " + std::to_string(b)});
-    from = ddp.launched[b];
+      {0, 0, naive.forward_end, "forward", forward, ""},
+      {0, naive.forward_end, naive.backward_end, "backward", backward, ""},
+      {1, naive.backward_end, naive.averaged, "all-reduce", reduce,
+       "posted when backward() has returned, waited until every gradient holds the mean"},
+      {2, 0, ddp.forward_end, "forward", forward, ""},
+      {2, ddp.forward_end, ddp.last_gradient, "backward", backward,
+       "backward, its hooks launching the buckets"},
+      {2, ddp.last_gradient, ddp.averaged, "", wait,
+       "backward() waiting for the all-reduces after the last gradient"}};
+  if (!ddp.launched.empty()) {
+    spans.push_back(
+        {3, ddp.launched.front(), ddp.averaged,
+         std::to_string(ddp.launched.size()) + " buckets in flight", reduce,
+         "from the first bucket's launch to the end of backward(), by which all are done"});
+    // A thin mark where each bucket went out.
+    const double mark = std::max(0.3, 0.002 * ddp.averaged);
+    for (std::size_t b = 0; b < ddp.launched.size(); ++b)
+      spans.push_back({3, ddp.launched[b], ddp.launched[b] + mark, "", launch,
+                       "bucket " + std::to_string(b) + " launched"});
   }
-  for (std::size_t b = 0; b < ddp.launched.size(); ++b) {
-    lanes.push_back("DDP: bucket " + std::to_string(b));
-    spans.push_back({static_cast<int>(lanes.size()) - 1, ddp.launched[b], ddp.backward_end,
-                     "all-reduce", reduce,
-                     "bucket " + std::to_string(b) +
-                         ": from its launch to the end of backward(), by which it is done"});
-  }
-  const std::vector<mpp::trace::LegendEntry> legend{{"forward", compute},
-                                                    {"backward", "#59a14f"},
+  const std::vector<mpp::trace::LegendEntry> legend{{"forward", forward},
+                                                    {"backward", backward},
                                                     {"all-reduce", reduce},
-                                                    {"blocked on all-reduce", wait},
-                                                    {"optimizer", adam}};
+                                                    {"a bucket launched", launch},
+                                                    {"blocked on all-reduce", wait}};
   mpp::trace::PlotOptions plot;
-  plot.title = "Lab 13: one training step on rank 0, naive DP against DDP (milliseconds)";
+  plot.title = "Lab 13: one step on rank 0 up to averaged gradients, naive DP against DDP";
   plot.subtitle = subtitle;
-  plot.x_label = "milliseconds since the step began";
+  plot.x_label = "milliseconds since the step began (the Adam step that follows is left out)";
   plot.width = 900;
   std::ofstream(path) << mpp::trace::render_lanes(lanes, spans, legend, plot);
 }
-
-}  // namespace
-
-namespace {
 
 int run(int argc, char** argv) {
   CLI::App app{"Lab 13: DDP, gradient buckets all-reduced during backward"};
   Setup s;
   s.cfg.hidden = 1024;
   std::int64_t global_batch = 128;
-  double bucket_mb = 25;
+  double bucket_mb = 1;
   app.add_option("--hidden", s.cfg.hidden, "width of the 16 Linear layers");
   app.add_option("--global-batch", global_batch, "samples per step over all ranks");
   app.add_option("--bucket-mb", bucket_mb, "bucket cap in MiB");
   app.add_option("--steps", s.steps, "timed steps per measurement");
-  std::string svg;
+  std::string svg, link = "loopback";
   app.add_option("--svg", svg, "draw one naive DP step and one DDP step of rank 0 here (SVG)");
+  app.add_option("--link", link, "what joins the ranks, for the picture's subtitle");
   CLI11_PARSE(app, argc, argv);
 
   at::set_num_threads(1);
@@ -158,224 +165,155 @@ int run(int argc, char** argv) {
 
   auto model = mpp::models::make_full_mlp(s.cfg);
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-4));
-  // [quote:train_step]
-  auto train_step = [&](int step, auto&& sync) {
-    opt.zero_grad();
-    const auto b = local_batch(s, world, step);
-    auto loss = torch::mse_loss(model->forward(b.inputs), b.targets);
-    const auto t = Clock::now();
-    loss.backward();
-    sync();
-    const double backward_s = seconds_since(t);
-    opt.step();
-    return std::pair{loss.item<double>(), backward_s};
-  };
-  // [/quote:train_step]
-
-  // 1. Naive DP: backward, then one all-reduce per gradient tensor.
-  double naive_step_s = 0, naive_comm_s = 0;
-  StepTimes naive_times;
-  {
-    mpp::NaiveDP<mpp::Blocking<mpp::Gloo>, mpp::PerTensor> naive(*model, world);
-    train_step(-1, [&] { naive.sync_gradients(); });  // warm-up
-    naive.reset_comm_time();
-    world.barrier();
-    const auto t = Clock::now();
-    for (int i = 0; i < s.steps; ++i) train_step(i, [&] { naive.sync_gradients(); });
-    naive_step_s = seconds_since(t) / s.steps;
-    naive_comm_s = naive.comm_seconds() / s.steps;
-    // One more step, its landmarks timed for the picture.
-    const auto start = Clock::now();
-    opt.zero_grad();
-    const auto b = local_batch(s, world, s.steps);
-    auto loss = torch::mse_loss(model->forward(b.inputs), b.targets);
-    naive_times.forward_end = ms_since(start, Clock::now());
-    loss.backward();
-    naive_times.sync_begin = ms_since(start, Clock::now());
-    naive.sync_gradients();
-    naive_times.sync_end = ms_since(start, Clock::now());
-    opt.step();
-    naive_times.step_end = ms_since(start, Clock::now());
-  }
-
   // [quote:ddp]
   mpp::DDP<mpp::Async<mpp::Gloo>> ddp(
       *model, world, {.bucket_bytes = static_cast<std::size_t>(bucket_mb * 1024 * 1024)});
   // [/quote:ddp]
+  // [quote:naive]
+  // Naive DP on the same replica: every gradient's all-reduce posted after backward, then waited.
+  mpp::NaiveDP<mpp::Async<mpp::Gloo>, mpp::PerTensor> naive_dp(*model, world);
+  // [/quote:naive]
   const auto& plan = ddp.buckets();
 
-  // 2. Backward alone: DDP's no_sync() turns the hooks off.
-  double backward_alone_s = 0;
-  {
-    auto guard = ddp.no_sync();
-    for (int i = 0; i < s.steps; ++i) {
+  // [quote:train_step]
+  // One training step, its landmarks timed. Naive DP runs backward with DDP's hooks switched off
+  // and averages afterwards; DDP's hooks have averaged every gradient when backward() returns.
+  auto train_step = [&](int step, bool naive) {
+    StepTimes t;
+    t.start = Clock::now();
+    opt.zero_grad();
+    const auto b = local_batch(s, world, step);
+    auto loss = torch::mse_loss(model->forward(b.inputs), b.targets);
+    t.forward_end = ms_since(t.start);
+    if (naive) {
+      auto hooks_off = ddp.no_sync();
+      loss.backward();
+      t.backward_end = ms_since(t.start);
+      naive_dp.sync_gradients();  // the all-reduce of every gradient, after backward
+    } else {
+      loss.backward();  // the buckets go out as they fill, and are waited for at its end
+      t.backward_end = ms_since(t.start);
+    }
+    t.averaged = ms_since(t.start);
+    opt.step();  // the same Adam step on both sides, outside the compared span
+    t.step_end = ms_since(t.start);
+    return t;
+  };
+  // [/quote:train_step]
+
+  // When each gradient was ready (hooks registered after DDP's), hence when each bucket went out.
+  const auto params = model->parameters();
+  std::vector<Clock::time_point> ready(params.size());  // outlives the hooks' last use
+  // [quote:ready_clock]
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    accumulators.push_back(torch::autograd::impl::grad_accumulator(params[i]));
+    accumulators.back()->add_post_hook(std::make_unique<ReadyClock>(&ready, i));
+  }
+  // [/quote:ready_clock]
+
+  // Buffers the size of the buckets, for their all-reduces alone.
+  std::vector<at::Tensor> buffers;
+  for (const auto& bucket : plan.buckets)
+    buffers.push_back(at::ones({static_cast<std::int64_t>(bucket.elements)}));
+
+  // Warm-up: DDP's first step also moves every .grad into its bucket.
+  train_step(-2, false);
+  train_step(-1, true);
+
+  // Rounds of four measurements side by side, so that whatever else loads the machine weighs
+  // on all four alike: a naive DP step, a DDP step, backward alone, the all-reduces alone.
+  Averages naive, overlapped;
+  double backward_alone_ms = 0, comm_alone_ms = 0, ddp_wait_ms = 0;
+  StepTimes naive_drawn, ddp_drawn;  // the last round's, for the picture
+  auto add = [&](Averages& a, const StepTimes& t) {
+    a.forward += t.forward_end / s.steps;
+    a.backward += (t.backward_end - t.forward_end) / s.steps;
+    a.averaging += (t.averaged - t.backward_end) / s.steps;
+    a.adam += (t.step_end - t.averaged) / s.steps;
+  };
+  for (int i = 0; i < s.steps; ++i) {
+    world.barrier();
+    naive_drawn = train_step(2 * i, true);
+    add(naive, naive_drawn);
+
+    world.barrier();
+    ddp.reset_comm_wait();
+    ddp_drawn = train_step(2 * i + 1, false);
+    add(overlapped, ddp_drawn);
+    ddp_wait_ms += 1e3 * ddp.comm_wait_seconds() / s.steps;
+    double launched = 0;
+    for (const auto& bucket : plan.buckets) {
+      for (std::size_t p : bucket.params)
+        launched = std::max(launched, ms_since(ddp_drawn.start, ready[p]));
+      ddp_drawn.launched.push_back(launched);  // buckets go out in plan order
+    }
+    ddp_drawn.last_gradient = launched;
+
+    world.barrier();
+    {
+      auto hooks_off = ddp.no_sync();  // no optimizer step: these gradients are the rank's own
       opt.zero_grad();
-      const auto b = local_batch(s, world, i);
+      const auto b = local_batch(s, world, 2 * i);
       auto loss = torch::mse_loss(model->forward(b.inputs), b.targets);
       const auto t = Clock::now();
       loss.backward();
-      backward_alone_s += seconds_since(t);
+      backward_alone_ms += ms_since(t) / s.steps;
     }
-    backward_alone_s /= s.steps;
-  }
 
-  // 3. The same all-reduces alone: one per bucket, launched together, then waited.
-  double comm_alone_s = 0;
-  {
-    std::vector<at::Tensor> buffers;
-    for (const auto& bucket : plan.buckets)
-      buffers.push_back(at::ones({static_cast<std::int64_t>(bucket.elements)}));
-    world.barrier();
-    for (int i = 0; i < s.steps; ++i) {
-      const auto t = Clock::now();
-      std::vector<mpp::Request> pending;
-      for (auto& b : buffers) pending.push_back(world.iall_reduce(b));
-      mpp::wait_all(pending);
-      comm_alone_s += seconds_since(t);
-    }
-    comm_alone_s /= s.steps;
-  }
-
-  // 4. DDP: backward with the buckets going out as they fill.
-  double ddp_backward_s = 0, ddp_step_s = 0, last_loss = 0;
-  {
-    train_step(-1, [] {});  // warm-up (the first step also moves .grad into the buckets)
-    ddp.reset_comm_wait();
     world.barrier();
     const auto t = Clock::now();
-    for (int i = 0; i < s.steps; ++i) {
-      auto [loss, backward_s] = train_step(i, [] {});
-      ddp_backward_s += backward_s;
-      last_loss = loss;
-    }
-    ddp_step_s = seconds_since(t) / s.steps;
-    ddp_backward_s /= s.steps;
+    std::vector<mpp::Request> pending;
+    for (auto& buffer : buffers) pending.push_back(world.iall_reduce(buffer));
+    mpp::wait_all(pending);
+    comm_alone_ms += ms_since(t) / s.steps;
   }
-  const double exposed_s = ddp.comm_wait_seconds() / s.steps;
-
-  // 5. One more DDP step, its landmarks timed for the picture: when each gradient was ready
-  // (hooks registered after DDP's), hence when each bucket was launched.
-  StepTimes ddp_times;
-  const auto params = model->parameters();
-  std::vector<Clock::time_point> ready(params.size());  // outlives the hooks' last use
-  {
-    // [quote:ready_clock]
-    std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      accumulators.push_back(torch::autograd::impl::grad_accumulator(params[i]));
-      accumulators.back()->add_post_hook(std::make_unique<ReadyClock>(&ready, i));
-    }
-    // [/quote:ready_clock]
-    const auto start = Clock::now();
-    opt.zero_grad();
-    const auto b = local_batch(s, world, s.steps);
-    auto loss = torch::mse_loss(model->forward(b.inputs), b.targets);
-    ddp_times.forward_end = ms_since(start, Clock::now());
-    loss.backward();
-    ddp_times.backward_end = ms_since(start, Clock::now());
-    opt.step();
-    ddp_times.step_end = ms_since(start, Clock::now());
-    double launched = 0;
-    for (const auto& bucket : plan.buckets) {
-      for (std::size_t p : bucket.params) launched = std::max(launched, ms_since(start, ready[p]));
-      ddp_times.launched.push_back(launched);  // buckets go out in plan order
-    }
-    ddp_times.last_gradient = launched;
-  }
-
-  // 6. The optimizer step itself, replicated (every rank runs Adam on the whole model) and
-  // sharded (each rank runs it on its share, then the updated parameters are exchanged). On
-  // fresh replicas whose all-reduces go through shared memory (ranks of one host).
-  double replicated_step_s = 0, sharded_step_s = 0;
-  std::int64_t replicated_state = 0, sharded_state = 0;
-  {
-    auto shm = world.new_group<mpp::Shm>();
-    const auto cap = static_cast<std::size_t>(bucket_mb * 1024 * 1024);
-    for (const bool shard : {false, true}) {
-      auto replica = mpp::models::make_full_mlp(s.cfg);
-      mpp::DDP<mpp::Async<mpp::Shm>> shm_ddp(*replica, shm, {.bucket_bytes = cap});
-      // [quote:sharded]
-      std::unique_ptr<torch::optim::Adam> whole;  // replicated: the whole model on every rank
-      std::unique_ptr<mpp::ShardedOptimizer<torch::optim::Adam, mpp::Async<mpp::Shm>>> part;
-      if (shard)
-        part = std::make_unique<mpp::ShardedOptimizer<torch::optim::Adam, mpp::Async<mpp::Shm>>>(
-            *replica, shm, torch::optim::AdamOptions(1e-4));
-      else
-        whole = std::make_unique<torch::optim::Adam>(replica->parameters(),
-                                                     torch::optim::AdamOptions(1e-4));
-      auto step = [&](int i) {
-        shard ? part->zero_grad() : whole->zero_grad();
-        const auto b = local_batch(s, world, i);
-        torch::mse_loss(replica->forward(b.inputs), b.targets).backward();
-        if (shard)
-          part->step();
-        else
-          whole->step();
-      };
-      // [/quote:sharded]
-      step(-1);
-      world.barrier();
-      const auto t = Clock::now();
-      for (int i = 0; i < s.steps; ++i) step(i);
-      (shard ? sharded_step_s : replicated_step_s) = seconds_since(t) / s.steps;
-      // Adam keeps two tensors the size of each parameter it steps.
-      std::int64_t state = 0;
-      for (const auto& p : shard ? part->local_parameters() : replica->parameters())
-        state += 2 * static_cast<std::int64_t>(p.numel() * p.element_size());
-      (shard ? sharded_state : replicated_state) = state;
-      const auto same = mpp::compare_replicas(*replica, shm);
-      if (!same) {
-        std::fprintf(stderr, "rank %d: %s replicas differ: %s\n", world.rank(),
-                     shard ? "sharded" : "replicated", same.first_difference.c_str());
-        return 1;
-      }
-    }
-  }
-
-  std::printf("rank %d  last loss on my shard %.5f (ranks differ: each sees its own samples)\n",
-              world.rank(), last_loss);
   const auto report = mpp::compare_replicas(*model, world);
   if (root) {
-    const double ms = 1e3;
-    std::printf("\n%zu buckets:", plan.buckets.size());
-    for (const auto& b : plan.buckets)
-      std::printf(" %.1f MiB", static_cast<double>(b.bytes) / (1024.0 * 1024.0));
-    std::printf("\nper step (rank 0):\n");
-    std::printf("  backward alone                    %8.1f ms\n", backward_alone_s * ms);
-    std::printf("  all-reduce of the buckets alone   %8.1f ms\n", comm_alone_s * ms);
-    std::printf("  sum (if nothing overlapped)       %8.1f ms\n",
-                (backward_alone_s + comm_alone_s) * ms);
+    const double mib = 1024.0 * 1024.0;
+    std::size_t smallest = plan.buckets.front().bytes, largest = smallest;
+    for (const auto& b : plan.buckets) {
+      smallest = std::min(smallest, b.bytes);
+      largest = std::max(largest, b.bytes);
+    }
+    std::printf("%zu buckets, %.3f to %.1f MiB\n", plan.buckets.size(),
+                static_cast<double>(smallest) / mib, static_cast<double>(largest) / mib);
+    std::printf("per step on rank 0, in ms (mean of %d):\n", s.steps);
+    std::printf("  backward alone                        %8.1f\n", backward_alone_ms);
+    std::printf("  all-reduce of the buckets alone       %8.1f\n", comm_alone_ms);
+    std::printf("  the two one after the other           %8.1f\n",
+                backward_alone_ms + comm_alone_ms);
     std::printf(
-        "  backward with DDP                 %8.1f ms   (of which waiting at the end %.1f ms)\n",
-        ddp_backward_s * ms, exposed_s * ms);
-    std::printf("  communication hidden by overlap   %8.1f ms (%.0f%% of the all-reduce time)\n",
-                (backward_alone_s + comm_alone_s - ddp_backward_s) * ms,
-                100.0 * (backward_alone_s + comm_alone_s - ddp_backward_s) / comm_alone_s);
+        "  naive DP, backward + all-reduce       %8.1f   (backward %.1f, all-reduce %.1f)\n",
+        naive.span(), naive.backward, naive.averaging);
+    std::printf("  DDP, backward with the buckets        %8.1f   (waiting at its end %.1f)\n",
+                overlapped.span(), ddp_wait_ms);
     std::printf(
-        "\nwhole training step: naive DP %.1f ms (%.1f ms of it all-reduce) -> DDP %.1f ms\n",
-        naive_step_s * ms, naive_comm_s * ms, ddp_step_s * ms);
-    std::printf("throughput: naive DP %.0f samples/s, DDP %.0f samples/s, speedup %.2fx\n",
-                static_cast<double>(global_batch) / naive_step_s,
-                static_cast<double>(global_batch) / ddp_step_s, naive_step_s / ddp_step_s);
+        "  left to wait for after the last gradient: naive DP %.1f, DDP %.1f (%.0f%% hidden)\n",
+        naive.averaging, ddp_wait_ms, 100.0 * (naive.averaging - ddp_wait_ms) / naive.averaging);
+    std::printf("  span saved                            %8.1f   (%.0f%% of naive DP's span)\n",
+                naive.span() - overlapped.span(),
+                100.0 * (naive.span() - overlapped.span()) / naive.span());
+    std::printf("  forward: naive DP %.1f, DDP %.1f; Adam step: naive DP %.1f, DDP %.1f\n",
+                naive.forward, overlapped.forward, naive.adam, overlapped.adam);
+    std::printf("whole step: naive DP %.1f ms, DDP %.1f ms, speedup %.2fx\n", naive.step(),
+                overlapped.step(), naive.step() / overlapped.step());
     std::printf("replicas bit-identical after training: %s\n",
                 report ? "yes" : report.first_difference.c_str());
-    const double mib = 1024.0 * 1024.0;
-    std::printf(
-        "\noptimizer step over shared memory (Shm), DDP<Async<Shm>> + Adam:\n"
-        "  replicated (Adam on the whole model)  %8.1f ms per step, Adam state %6.1f MiB per rank\n"
-        "  sharded (ShardedOptimizer<Adam>)      %8.1f ms per step, Adam state %6.1f MiB per "
-        "rank\n",
-        replicated_step_s * ms, static_cast<double>(replicated_state) / mib, sharded_step_s * ms,
-        static_cast<double>(sharded_state) / mib);
     if (!svg.empty()) {
+      std::printf(
+          "drawn step: naive DP backward ends at %.1f ms, gradients averaged at %.1f ms; DDP "
+          "first bucket out at %.1f ms, last gradient at %.1f ms, gradients averaged at %.1f "
+          "ms\n",
+          naive_drawn.backward_end, naive_drawn.averaged, ddp_drawn.launched.front(),
+          ddp_drawn.last_gradient, ddp_drawn.averaged);
       char subtitle[256];
-      std::snprintf(
-          subtitle, sizeof subtitle,
-          "%d ranks, 16 x Linear(%lld), global batch %lld, %zu buckets of at most %.0f MiB; "
-          "one thread per rank on a shared 2-core machine",
-          world.size(), static_cast<long long>(s.cfg.hidden), static_cast<long long>(global_batch),
-          plan.buckets.size(), bucket_mb);
-      draw_overlap(svg, naive_times, ddp_times, subtitle);
+      std::snprintf(subtitle, sizeof subtitle,
+                    "%d ranks over Gloo (%s), 16 x Linear(%lld), global batch %lld, %zu buckets "
+                    "of at most %.0f MiB; one thread per rank",
+                    world.size(), link.c_str(), static_cast<long long>(s.cfg.hidden),
+                    static_cast<long long>(global_batch), plan.buckets.size(), bucket_mb);
+      draw_overlap(svg, naive_drawn, ddp_drawn, subtitle);
       std::printf("one naive DP step and one DDP step drawn in %s\n", svg.c_str());
     }
   }
