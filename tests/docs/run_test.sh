@@ -64,6 +64,11 @@ run_fails "$repo" "first line not first" "line 8 of docs/01-one.md expects: [ran
 # rank=R: the block shows rank R's lines without their prefix; any=LINES: any one line.
 chapter '<!-- run rank=0 any=5 -->' '```' "\$ $lab" 'BLAS: one thread' '...' 'step 1 loss 0.3932' 'a timeline row' '...' '```'
 run_passes "$repo" "rank=0 and any"
+# host=WORD: the word is the name of the machine the block was printed on, any machine's name here.
+chapter '<!-- run host=elsewhere -->' '```' "\$ printf 'rank 0 on %s, pid 7\\n' \"\$(hostname)\"" 'rank 0 on elsewhere, pid 7' '```'
+run_passes "$repo" "host=elsewhere"
+chapter '<!-- run host=elsewhere -->' '```' "\$ printf 'rank 0 on %s, pid 7\\n' \"\$(hostname)x\"" 'rank 0 on elsewhere, pid 7' '```'
+run_fails "$repo" "host=elsewhere, another name" "line 8 of docs/01-one.md expects: rank 0 on $(hostname), pid 7"
 # The exit status, and the time limit.
 chapter '<!-- run -->' '```' '$ echo x; exit 3' 'x' '```'
 run_fails "$repo" "exit status" "docs/01-one.md:7: \$ echo x; exit 3" "exited with status 3, not 0"
