@@ -10,6 +10,7 @@
 //
 //   mpprun --nproc-per-node 2 ./gpipe [--hidden 128] [--batch 32] [--steps 20] [--timeline]
 //   [--trace gpipe.json] [--svg gpipe.svg] [--plot bubble.svg] [--transport gloo]
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ struct Row {
   int micro_batches;
   double bubble, predicted, predicted_with_latency;
 };
+
+std::optional<mpp::StepReport> drawn;  // the last GPipe<8> step, on rank 0
 
 template <int P, int M, class Backend>
 void train(const mpp::Group<Backend>& world, const Options& o, std::vector<Row>& rows) {
@@ -44,13 +47,18 @@ void train(const mpp::Group<Backend>& world, const Options& o, std::vector<Row>&
               100.0 * r.predicted_latency.bubble_fraction(), figures.samples_per_second,
               mpp::trace::format_bytes(r.figures.peak_activation_bytes[0]).c_str(),
               r.figures.peak_in_flight[0]);
-  if (M == 8) {
-    if (o.timeline)
-      std::printf("\nGPipe<8>, last step, measured (microseconds):\n%s\n", r.timeline().c_str());
-    if (!o.trace.empty() && r.write_chrome_trace(o.trace))
-      std::printf("Chrome trace of the last GPipe<8> step written to %s\n", o.trace.c_str());
-    if (!o.svg.empty()) lab::write_svg(r, o, "GPipe<8>");
-  }
+  if (M == 8) drawn = r;  // shown after the table, which it would otherwise cut in two
+}
+
+/// --timeline, --trace and --svg of the GPipe<8> step.
+void show_drawn(const Options& o) {
+  if (!drawn) return;
+  const auto& r = *drawn;
+  if (o.timeline)
+    std::printf("\nGPipe<8>, last step, measured (microseconds):\n%s\n", r.timeline().c_str());
+  if (!o.trace.empty() && r.write_chrome_trace(o.trace))
+    std::printf("Chrome trace of the last GPipe<8> step written to %s\n", o.trace.c_str());
+  if (!o.svg.empty()) lab::write_svg(r, o, "GPipe<8>");
 }
 
 /// The bubble against M: measured, the formula's, and the verifier's from the measured costs
@@ -96,6 +104,7 @@ void run(const mpp::Group<Backend>& world, const Options& o) {
   train<P, 8, Backend>(world, o, rows);
   train<P, 16, Backend>(world, o, rows);
   // [/quote:sweep]
+  show_drawn(o);
   if (!rows.empty() && !plot_path.empty()) plot(rows, o, std::string(Backend::name), P, plot_path);
 }
 
