@@ -58,7 +58,7 @@ int run(int argc, char** argv) {
   const mpp::models::MlpConfig cfg;  // 16 x Linear(128)
 
   // [quote:mesh]
-  mpp::DataPipelineMesh mesh(world, Pipe::stages);  // throws if the world is not a multiple of 2
+  mpp::DataPipelineMesh mesh(world, Pipe::ranks);  // throws if the world is not a multiple of 2
   mpp::DataParallelPipeline<Pipe> hybrid(mesh, mpp::MlpModel{cfg});
   torch::optim::Adam opt(hybrid.parameters(), torch::optim::AdamOptions(1e-3));
   // [/quote:mesh]
@@ -68,7 +68,7 @@ int run(int argc, char** argv) {
                 mesh.data_degree(), world.size(), static_cast<long long>(global_batch));
   }
   std::printf("rank %d: replica %d, stage %d, layers [%d, %d)\n", world.rank(), mesh.replica(),
-              mesh.stage(), hybrid.pipeline().pieces().front().layers.begin,
+              mesh.pipeline_rank(), hybrid.pipeline().pieces().front().layers.begin,
               hybrid.pipeline().pieces().back().layers.end);
 
   // A dataset every rank can generate; each replica reads its own shard of it.
@@ -89,8 +89,9 @@ int run(int argc, char** argv) {
     // [quote:step]
     opt.zero_grad();
     loss = hybrid.train_step(
-        mesh.stage() == 0 ? data.inputs.index_select(0, index) : at::Tensor(),
-        mesh.stage() == Pipe::stages - 1 ? data.targets.index_select(0, index) : at::Tensor(),
+        mesh.pipeline_rank() == 0 ? data.inputs.index_select(0, index) : at::Tensor(),
+        mesh.pipeline_rank() == Pipe::ranks - 1 ? data.targets.index_select(0, index)
+                                                : at::Tensor(),
         [](const at::Tensor& out, const at::Tensor& y) { return torch::mse_loss(out, y); });
     opt.step();
     // [/quote:step]

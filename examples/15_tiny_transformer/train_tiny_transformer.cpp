@@ -36,7 +36,7 @@
 #include "mpp/models/char_corpus.hpp"
 #include "mpp/models/tiny_transformer.hpp"
 #include "mpp/models/transformer_config.hpp"
-#include "mpp/pipeline/with_stages.hpp"
+#include "mpp/pipeline/with_ranks.hpp"
 #include "mpp/util/blas.hpp"
 #include "pipeline_stage.hpp"
 
@@ -211,9 +211,9 @@ int main(int argc, char** argv) try {
   if (opt.pipeline) {
     const TinyTransformerLayers layers{cfg.model, train_cfg.sequence_length};
     using Async = mpp::Async<mpp::Gloo>;
-    // One binary for 2 and 4 stages, each proven at compile time; another world size is refused
+    // One binary for 2 and 4 ranks, each proven at compile time; another world size is refused
     // with the list (mpp::WorldSizeError).
-    stage = mpp::with_stages<2, 4>(world, [&](auto ranks) {
+    stage = mpp::with_ranks<2, 4>(world, [&](auto ranks) {
       return lab::make_stage<mpp::Pipeline<mpp::Uniform<ranks>, mpp::OneFOneB<4>, Async>>(*group,
                                                                                           layers);
     });

@@ -20,7 +20,7 @@
 #include "mpp/comm.hpp"
 #include "mpp/pipeline.hpp"
 #include "mpp/pipeline/measure.hpp"
-#include "mpp/pipeline/with_stages.hpp"
+#include "mpp/pipeline/with_ranks.hpp"
 #include "mpp/util/blas.hpp"
 
 #include "lab_main.hpp"
@@ -119,7 +119,7 @@ void compare(const World& world, const Options& o, const Comparison& c) {
 
 /// Parses the common options, starts the process group over the chosen transport and calls
 /// run(world, options, std::integral_constant<int, P>, Transport<Backend>) for P = 2 or 4 ranks
-/// (mpp::with_stages); on any other world size it prints the supported sizes and returns 2.
+/// (mpp::with_ranks); on any other world size it prints the supported sizes and returns 2.
 /// `batching` says how the lab cuts the batch, for the header line (default: "in 8 micro-batches").
 /// `add_options`, when given, adds the lab's own options.
 template <class Run>
@@ -159,7 +159,7 @@ int run_lab(int argc, char** argv, const char* lab, const char* description, Run
     // One binary for 2 and 4 ranks: each size's pipelines are compiled (and proven) separately,
     // and the world's size picks one; any other size is refused with the list.
     try {
-      mpp::with_stages<2, 4>(world.size(), [&](auto ranks) { run(world, o, ranks, transport); });
+      mpp::with_ranks<2, 4>(world.size(), [&](auto ranks) { run(world, o, ranks, transport); });
     } catch (const mpp::WorldSizeError& error) {
       if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", lab, error.what());
       return 2;

@@ -4,7 +4,7 @@
 #include <torch/optim/sgd.h>
 
 #include "mpp/pipeline.hpp"
-#include "mpp/pipeline/with_stages.hpp"
+#include "mpp/pipeline/with_ranks.hpp"
 
 #include "comparison.hpp"
 
@@ -95,7 +95,7 @@ int check_pipeline(int argc, char** argv, const char* lab, PipelineReference ref
     const auto monolith = check::train_monolith(o);
     std::string name;
     check::Record pipeline;
-    mpp::with_stages<2, 4>(world.size(), [&](auto ranks) {
+    mpp::with_ranks<2, 4>(world.size(), [&](auto ranks) {
       pipeline = train_reference<decltype(ranks)::value>(world, reference, o, name);
     });
     std::string problems;

@@ -10,4 +10,4 @@
 #include "mpp/pipeline/pipeline.hpp"
 #include "mpp/pipeline/report.hpp"
 #include "mpp/pipeline/shape_header.hpp"
-#include "mpp/pipeline/with_stages.hpp"
+#include "mpp/pipeline/with_ranks.hpp"

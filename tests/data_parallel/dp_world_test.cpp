@@ -326,7 +326,7 @@ MPP_TEST_WORKER("dp_mesh") {
     at::Tensor u = at::full({1}, static_cast<double>(group.rank()), at::kDouble);
     mesh.pipeline_group().all_reduce(u);
     std::printf("rank %d: replica %d stage %d data-sum %.0f pipeline-sum %.0f\n", group.rank(),
-                mesh.replica(), mesh.stage(), t.item<double>(), u.item<double>());
+                mesh.replica(), mesh.pipeline_rank(), t.item<double>(), u.item<double>());
   } catch (const std::invalid_argument& e) {
     std::printf("mesh: %s\n", e.what());
   }
@@ -450,7 +450,7 @@ TEST_CASE(
   REQUIRE_MESSAGE(bad.ok(), bad.report());
   for (int r = 0; r < 4; ++r)
     CHECK(bad.output(r).find(
-              "4 ranks cannot be cut into pipelines of 3 stages; launch a multiple of 3") !=
+              "4 ranks cannot be cut into pipelines of 3 ranks; launch a multiple of 3") !=
           std::string::npos);
 }
 

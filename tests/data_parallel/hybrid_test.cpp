@@ -44,8 +44,8 @@ void check_hybrid(const auto& world, const std::string& name) {
     opt.zero_grad();
     const auto x = batch.inputs.narrow(0, mesh.replica() * per_replica, per_replica);
     const auto y = batch.targets.narrow(0, mesh.replica() * per_replica, per_replica);
-    const double loss = hybrid.train_step(mesh.stage() == 0 ? x : at::Tensor(),
-                                          mesh.stage() == 1 ? y : at::Tensor(), mse);
+    const double loss = hybrid.train_step(mesh.pipeline_rank() == 0 ? x : at::Tensor(),
+                                          mesh.pipeline_rank() == 1 ? y : at::Tensor(), mse);
     opt.step();
 
     monolith_opt.zero_grad();
@@ -76,7 +76,7 @@ void check_hybrid(const auto& world, const std::string& name) {
       throw std::runtime_error(name + ": stage replicas differ: " + report.first_difference);
   }
   std::printf("rank %d (replica %d, stage %d): %s equals the monolith\n", world.rank(),
-              mesh.replica(), mesh.stage(), name.c_str());
+              mesh.replica(), mesh.pipeline_rank(), name.c_str());
 }
 
 }  // namespace
@@ -109,8 +109,8 @@ TEST_CASE("DP x PP on 4 ranks (2 replicas x 2 stages) equals the monolith") {
   for (int r = 0; r < 4; ++r) {
     CHECK(world.output(r).find("GPipe<4>/Async equals the monolith") != std::string::npos);
     CHECK(world.output(r).find("OneFOneB<2>/Blocking equals the monolith") != std::string::npos);
-    CHECK(world.output(r).find(
-              "has 2 stages but the DP x PP mesh was cut into pipelines of 4 ranks") !=
-          std::string::npos);
+    CHECK(
+        world.output(r).find("runs on 2 ranks but the DP x PP mesh was cut into pipelines of 4;") !=
+        std::string::npos);
   }
 }

@@ -7,7 +7,7 @@
 
 using Pipe = mpp::Pipeline<mpp::Uniform<4>, mpp::OneFOneB<8>, mpp::Async<mpp::Gloo>>;
 // Replayed by the compiler: no deadlock even with blocking sends; rank 0 holds <= 4 micro-batches.
-constexpr auto proof = mpp::verify<Pipe::schedule_type, mpp::Blocking<mpp::Gloo>>(Pipe::stages);
+constexpr auto proof = mpp::verify<Pipe::schedule_type, mpp::Blocking<mpp::Gloo>>(Pipe::ranks);
 static_assert(proof.ok && proof.peak_in_flight[0] == 4);
 int main() {
   auto world = mpp::init_process_group();  // RANK, WORLD_SIZE, ... as mpprun or torchrun set them

@@ -11,7 +11,7 @@
 #include "mpp/error.hpp"
 #include "mpp/launch/environment.hpp"
 #include "mpp/partition/errors.hpp"
-#include "mpp/pipeline/with_stages.hpp"
+#include "mpp/pipeline/with_ranks.hpp"
 #include "mpp/schedule/table.hpp"
 
 namespace {

@@ -20,13 +20,13 @@ void check_pieces_match_monolith(int chunks_per_rank) {
   const mpp::MlpModel model{{.hidden = 16, .layers = 8, .seed = 7}};
   const auto full = mpp::models::make_full_mlp(model.config);
   const auto full_params = full->parameters();
-  const int stages = P::stages_for(chunks_per_rank);
+  const int ranks = P::ranks_for(chunks_per_rank);
   int layers_seen = 0;
-  for (int rank = 0; rank < stages; ++rank) {
+  for (int rank = 0; rank < ranks; ++rank) {
     const auto pieces = mpp::build_local_pieces<P>(model, rank, chunks_per_rank);
     REQUIRE(pieces.size() == static_cast<std::size_t>(chunks_per_rank));
     for (const auto& piece : pieces) {
-      CHECK(piece.piece == piece.chunk * stages + rank);
+      CHECK(piece.piece == piece.chunk * ranks + rank);
       CHECK(linear_count(piece.module) == piece.layers.size());
       const auto params = piece.module->parameters();
       REQUIRE(params.size() == static_cast<std::size_t>(2 * piece.layers.size()));
@@ -55,6 +55,6 @@ TEST_CASE("a rank outside the partition is rejected") {
   const mpp::MlpModel model{{.hidden = 8, .layers = 4}};
   CHECK_THROWS_WITH_AS(
       mpp::build_local_pieces<mpp::Uniform<2>>(model, 2, 1),
-      "mpp: rank 2 is not a stage of Uniform<2> (2 stages); launch 2 ranks per pipeline",
+      "mpp: rank 2 is not a rank of Uniform<2> (2 ranks); launch 2 ranks per pipeline",
       mpp::PartitionError);
 }

@@ -43,9 +43,9 @@ static_assert(mpp::partition<mpp::Recompute<mpp::Uniform<2>>>);
 static_assert(!mpp::partition<int>);
 static_assert(!mpp::recomputes_v<mpp::Uniform<2>>);
 static_assert(mpp::recomputes_v<mpp::Recompute<mpp::ByParams<2>>>);
-static_assert(mpp::Recompute<mpp::Uniform<4>>::stages == 4);
+static_assert(mpp::Recompute<mpp::Uniform<4>>::ranks == 4);
 static_assert(mpp::Explicit<5, 4, 4, 3>::total_layers == 16);
-static_assert(mpp::Explicit<2, 2, 2, 2>::stages_for(2) == 2);
+static_assert(mpp::Explicit<2, 2, 2, 2>::ranks_for(2) == 2);
 
 TEST_CASE("Uniform<P> spreads layers evenly, the remainder over the first stages") {
   CHECK(sizes_of(mpp::Uniform<4>::split(equal_costs(16), 1)) == std::vector<int>{4, 4, 4, 4});
@@ -79,11 +79,11 @@ TEST_CASE("more stages than layers is rejected with the fix") {
   CHECK_THROWS_WITH_AS(
       mpp::Uniform<4>::split(equal_costs(3), 1),
       "mpp: Uniform<4> cuts the model into 4 pieces but the model has only 3 layers; every "
-      "piece needs at least one layer: use fewer stages or chunks, or a deeper model",
+      "piece needs at least one layer: use fewer ranks or chunks, or a deeper model",
       mpp::PartitionError);
   CHECK_THROWS_WITH_AS(
       mpp::ByParams<4>::split(equal_costs(7), 2),
-      doctest::Contains("(4 stages x 2 chunks per rank) but the model has only 7 layers"),
+      doctest::Contains("(4 ranks x 2 chunks per rank) but the model has only 7 layers"),
       mpp::PartitionError);
 }
 

@@ -41,6 +41,25 @@ static_assert(!Pipe::rows::split_backward);
 static_assert(mpp::Pipeline<mpp::Uniform<2>, mpp::ZeroBubbleH1<4>,
                             mpp::Async<mpp::Gloo>>::rows::split_backward);
 
+// ranks is P, the group's size; stages is P * V, the model pieces (docs/design.md, one vocabulary).
+static_assert(Pipe::ranks == 2 && Pipe::stages == 2);
+using InterleavedPipe =
+    mpp::Pipeline<mpp::Uniform<2>, mpp::Interleaved1F1B<8, 2>, mpp::Async<mpp::Gloo>>;
+static_assert(InterleavedPipe::ranks == 2 && InterleavedPipe::stages == 4);
+static_assert(InterleavedPipe::predicted().ranks == InterleavedPipe::ranks);
+using ExplicitVPipe =
+    mpp::Pipeline<mpp::Explicit<4, 4, 4, 4>, mpp::ZeroBubbleV<4>, mpp::Async<mpp::Gloo>>;
+static_assert(ExplicitVPipe::ranks == 2 && ExplicitVPipe::stages == 4 &&
+              mpp::Explicit<4, 4, 4, 4>::pieces == ExplicitVPipe::stages);
+
+TEST_CASE(
+    "display names: a policy's knobs without spaces, the pipeline's three parts after \", \"") {
+  using Named = mpp::Pipeline<mpp::Recompute<mpp::Uniform<2>, 2>, mpp::Interleaved1F1B<8, 2>,
+                              mpp::Async<mpp::Gloo>>;
+  CHECK(Named::name() == "Pipeline<Recompute<Uniform<2>,2>, Interleaved1F1B<8,2>, Async<Gloo>>");
+  CHECK(ExplicitVPipe::name() == "Pipeline<Explicit<4,4,4,4>, ZeroBubbleV<4>, Async<Gloo>>");
+}
+
 MPP_TEST_WORKER("compiled-rows/no-runtime-generation") {
   auto world = mpp::init_process_group();
   const mpp::models::MlpConfig config{.hidden = 16, .layers = 4, .seed = 3};

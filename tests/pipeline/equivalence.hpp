@@ -1,7 +1,7 @@
 #pragma once
-// Every built-in schedule x comm policy x partition (with and without Recompute), at 2 and 4
-// stages, trains to the same parameters as the monolith from the same initial weights on the
-// same batches. One process launch per (schedule, comm policy, stages) runs all its partitions.
+// Every built-in schedule x comm policy x partition (with and without Recompute), on 2 and 4
+// ranks, trains to the same parameters as the monolith from the same initial weights on the
+// same batches. One process launch per (schedule, comm policy, ranks) runs all its partitions.
 // One translation unit per schedule keeps each compile short and lets them build in parallel:
 // tests/pipeline/CMakeLists.txt generates one per entry of mpp::builtin_schedules, and
 // MPP_PIPELINE_EQUIVALENCE(Schedule) registers the workers and the test case of one schedule (a
@@ -134,7 +134,7 @@ int equivalence_worker(int, char**) {
   return 0;
 }
 
-/// Registers one worker per (comm policy, stages) of schedule `Sched`; returns true.
+/// Registers one worker per (comm policy, ranks) of schedule `Sched`; returns true.
 template <class Sched>
 bool register_workers() {
   for_each_type<comm_policies>([]<class Comm>() {

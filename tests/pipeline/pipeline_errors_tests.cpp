@@ -150,10 +150,10 @@ void expect_failure(int world_size, const char* worker, int rank, const std::str
 
 }  // namespace
 
-TEST_CASE("a world that does not match the stages is rejected with the launch line") {
+TEST_CASE("a world that does not match the pipeline's ranks is rejected with the launch line") {
   expect_failure(3, "pipeline-errors/world-size", 0,
-                 "mpp: Pipeline<Uniform<2>, GPipe<4>, Async<Gloo>> has 2 stages but its process "
-                 "group has 3 ranks; "
+                 "mpp: Pipeline<Uniform<2>, GPipe<4>, Async<Gloo>> runs on 2 ranks but its process "
+                 "group has 3; "
                  "launch 2 ranks (mpprun --nproc-per-node 2)");
 }
 

@@ -94,10 +94,10 @@ values() {
       function id(type,    s) {  # Pipeline<Uniform<2>, GPipe<8>, Async<Shm>> -> gpipe
         s = type; sub(/^Pipeline</, "", s)
         r = ""
-        if (s ~ /^Recompute</) {  # Recompute<Uniform<2>, 4> -> recompute4+
+        if (s ~ /^Recompute</) {  # Recompute<Uniform<2>,4> -> recompute4+
           r = "recompute+"
-          if (match(s, /^Recompute<[A-Za-z]+<[0-9]+>, [0-9]+>/)) {
-            segments = substr(s, 1, RLENGTH - 1); sub(/.*, /, "", segments)
+          if (match(s, /^Recompute<[A-Za-z]+<[0-9]+>,[0-9]+>/)) {
+            segments = substr(s, 1, RLENGTH - 1); sub(/.*,/, "", segments)
             r = "recompute" segments "+"; s = substr(s, RLENGTH + 1)
           }
         }

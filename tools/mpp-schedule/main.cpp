@@ -1,7 +1,7 @@
 // mpp-schedule: a built-in schedule's (or an action CSV's) timeline and figures, as predicted by
 // the same constexpr verifier that static_asserts schedules.
 //
-//   mpp-schedule 1f1b --stages 4 --micro 8
+//   mpp-schedule 1f1b --ranks 4 --micro 8
 //   mpp-schedule interleaved -p 4 -m 8 -v 2 --comm blocking --svg il.svg --json il.json
 //   mpp-schedule zb-h1 -p 4 -m 8 --forward 1 --input-grad 1 --weight-grad 1
 //   mpp-schedule --import-csv torch_schedule.csv --comm async
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   app.add_flag("--list", list,
                "print each built-in schedule's name and the mpp-schedule arguments that draw it "
                "(one line each) and exit");
-  app.add_option("-p,--stages", ranks, "pipeline ranks P")
+  app.add_option("-p,--ranks", ranks, "pipeline ranks P")
       ->capture_default_str()
       ->check(CLI::Range(1, mpp::max_ranks));
   app.add_option("-m,--micro", micro_batches, "micro-batches M")

@@ -1,12 +1,12 @@
 #pragma once
-// A rank's neighbours in a chain of stages. Torch-free and constexpr so that schedules and
+// A rank's neighbours in a chain of ranks. Torch-free and constexpr so that schedules and
 // their tests can reason about neighbours without a process group.
 #include <stdexcept>
 #include <string>
 
 namespace mpp {
 
-/// A rank's place in a chain of `size` stages, rank 0 first.
+/// A rank's place in a chain of `size` ranks, rank 0 first.
 struct Topology {
   /// This rank, in [0, size).
   int rank = 0;

@@ -44,10 +44,10 @@ class DataParallelPipeline {
   /// The Pipeline type of every replica.
   using pipeline_type = PipelineT;
   /// Pipeline ranks per replica (the mesh's pipeline degree).
-  static constexpr int stages = PipelineT::stages;
+  static constexpr int ranks = PipelineT::ranks;
 
   /// A collective over the mesh's world. The mesh's pipeline degree must be the pipeline's
-  /// number of stages.
+  /// number of ranks.
   template <class Model>
   DataParallelPipeline(const DataPipelineMesh<backend>& mesh, const Model& model)
       : mesh_(&mesh),
@@ -77,12 +77,11 @@ class DataParallelPipeline {
 
  private:
   static Group<backend> checked_group(const DataPipelineMesh<backend>& mesh) {
-    if (mesh.pipeline_degree() != stages)
-      throw InvalidArgument("mpp: " + PipelineT::name() + " has " + std::to_string(stages) +
-                            " stages but the DP x PP mesh was cut into pipelines of " +
+    if (mesh.pipeline_degree() != ranks)
+      throw InvalidArgument("mpp: " + PipelineT::name() + " runs on " + std::to_string(ranks) +
+                            " ranks but the DP x PP mesh was cut into pipelines of " +
                             std::to_string(mesh.pipeline_degree()) +
-                            " ranks; build the mesh with pipeline degree " +
-                            std::to_string(stages));
+                            "; build the mesh with pipeline degree " + std::to_string(ranks));
     return mesh.pipeline_group();
   }
 

@@ -37,43 +37,43 @@ class DataPipelineMesh {
       throw InvalidArgument(
           "mpp: DP x PP mesh needs the world size to be a multiple of the pipeline degree, but " +
           std::to_string(world.size()) + " ranks cannot be cut into pipelines of " +
-          std::to_string(pipeline_degree) + " stages; launch a multiple of " +
-          std::to_string(pipeline_degree) + " ranks or change the number of stages");
+          std::to_string(pipeline_degree) + " ranks; launch a multiple of " +
+          std::to_string(pipeline_degree) + " ranks or change the pipeline degree");
     data_degree_ = world.size() / pipeline_degree;
     replica_ = world.rank() / pipeline_degree;
-    stage_ = world.rank() % pipeline_degree;
+    pipeline_rank_ = world.rank() % pipeline_degree;
     std::vector<std::vector<int>> pipelines(static_cast<std::size_t>(data_degree_));
-    std::vector<std::vector<int>> stages(static_cast<std::size_t>(pipeline_degree));
+    std::vector<std::vector<int>> peers(static_cast<std::size_t>(pipeline_degree));
     for (int r = 0; r < world.size(); ++r) {
       pipelines[static_cast<std::size_t>(r / pipeline_degree)].push_back(r);
-      stages[static_cast<std::size_t>(r % pipeline_degree)].push_back(r);
+      peers[static_cast<std::size_t>(r % pipeline_degree)].push_back(r);
     }
     pipeline_group_ = world.split(pipelines);
-    data_group_ = world.split(stages);
+    data_group_ = world.split(peers);
     // A rank returns from connecting a group once its own links are up, possibly before a slower
     // peer's are; if it then dropped the group (an error right after construction) that peer's
     // connect would fail. Nobody leaves the constructor before everyone is connected.
     world.barrier();
   }
 
-  /// Stages per pipeline replica (ranks of a pipeline group).
+  /// Ranks per pipeline replica (the size of a pipeline group).
   int pipeline_degree() const { return pipeline_degree_; }
-  /// Number of pipeline replicas (ranks of a data group).
+  /// Number of pipeline replicas (the size of a data group).
   int data_degree() const { return data_degree_; }
   /// Which pipeline replica this rank belongs to, in [0, data_degree()).
   int replica() const { return replica_; }
-  /// Which stage this rank runs in its replica, in [0, pipeline_degree()).
-  int stage() const { return stage_; }
-  /// The ranks of this rank's pipeline replica (rank i of it runs stage i).
+  /// This rank's rank in its replica's pipeline, in [0, pipeline_degree()).
+  int pipeline_rank() const { return pipeline_rank_; }
+  /// The ranks of this rank's pipeline replica (rank i of it is pipeline rank i).
   const Group<Backend>& pipeline_group() const { return pipeline_group_; }
-  /// The ranks that hold this rank's stage in every replica (rank i of it is in replica i).
+  /// The ranks that hold this rank's stages in every replica (rank i of it is in replica i).
   const Group<Backend>& data_group() const { return data_group_; }
 
  private:
   int pipeline_degree_;
   int data_degree_ = 1;
   int replica_ = 0;
-  int stage_ = 0;
+  int pipeline_rank_ = 0;
   Group<Backend> pipeline_group_;
   Group<Backend> data_group_;
 };

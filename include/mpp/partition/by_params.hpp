@@ -67,11 +67,11 @@ inline std::vector<LayerRange> balanced_split(std::span<const std::int64_t> cost
 /// layers²), a few microseconds for the models a pipeline runs.
 template <int P>
 struct ByParams {
-  static_assert(P >= 1, "mpp: ByParams<P> needs P >= 1 stages");
-  static constexpr int stages = P;  ///< P, the pipeline ranks.
+  static_assert(P >= 1, "mpp: ByParams<P> needs P >= 1 ranks");
+  static constexpr int ranks = P;  ///< P, the pipeline ranks.
 
   /// P, whatever the chunks per rank.
-  static constexpr int stages_for(int /*chunks_per_rank*/) { return P; }
+  static constexpr int ranks_for(int /*chunks_per_rank*/) { return P; }
   /// `"ByParams<P>"`.
   static std::string name() { return "ByParams<" + std::to_string(P) + ">"; }
 

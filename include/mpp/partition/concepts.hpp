@@ -12,12 +12,12 @@ namespace mpp {
 
 /// A partition is a tag type. Its knobs are static constexpr members; its one operation is
 /// `split(layer_costs, chunks_per_rank)`, which returns one LayerRange per model piece in model
-/// order (stages × chunks_per_rank pieces; piece c·P + r is chunk c of rank r). `layer_costs` holds
-/// one number per layer (its parameter count), so that ByParams can balance them and every policy
-/// knows how many layers there are without anyone materialising the model.
+/// order (ranks × chunks_per_rank pieces, one per stage; piece c·P + r is chunk c of rank r).
+/// `layer_costs` holds one number per layer (its parameter count), so that ByParams can balance
+/// them and every policy knows how many layers there are without anyone materialising the model.
 template <class P>
 concept partition = requires(std::span<const std::int64_t> layer_costs, int chunks_per_rank) {
-  { P::stages_for(chunks_per_rank) } -> std::convertible_to<int>;
+  { P::ranks_for(chunks_per_rank) } -> std::convertible_to<int>;
   { P::split(layer_costs, chunks_per_rank) } -> std::same_as<std::vector<LayerRange>>;
   { P::name() } -> std::convertible_to<std::string>;
 };

@@ -10,8 +10,9 @@
 namespace mpp {
 
 /// `Explicit<n0, n1, ...>`: the user says how many layers each model piece gets, in model order.
-/// With an interleaved schedule of V chunks per rank the list has stages × V entries (piece c·P + r
-/// is chunk c of rank r), so Explicit<...> with N sizes runs on N / V ranks.
+/// Each size is one stage's. With an interleaved schedule of V chunks per rank the list has
+/// ranks × V entries (piece c·P + r is chunk c of rank r), so Explicit<...> with N sizes runs on
+/// N / V ranks.
 template <int... Sizes>
 struct Explicit {
   static_assert(sizeof...(Sizes) >= 1, "mpp: Explicit<n...> needs at least one stage size");
@@ -19,14 +20,13 @@ struct Explicit {
                 "mpp: Explicit<n...> gives a stage zero (or fewer) layers; every stage needs at "
                 "least one layer");
 
-  /// The number of sizes listed.
+  /// The number of sizes listed: the pipeline's stages (P · V).
   static constexpr int pieces = static_cast<int>(sizeof...(Sizes));
-  static constexpr int stages = pieces;  ///< Stages with one chunk per rank (see stages_for).
   static constexpr int total_layers = (Sizes + ...);  ///< The layers the sizes add up to.
   static constexpr int sizes[] = {Sizes...};          ///< The sizes, in model order.
 
-  /// Stages (ranks) when each rank holds `chunks_per_rank` of the listed pieces.
-  static constexpr int stages_for(int chunks_per_rank) {
+  /// Ranks (P) when each rank holds `chunks_per_rank` of the listed pieces.
+  static constexpr int ranks_for(int chunks_per_rank) {
     return chunks_per_rank > 0 ? pieces / chunks_per_rank : 0;
   }
 
@@ -49,7 +49,7 @@ struct Explicit {
     if (chunks_per_rank < 1 || pieces % chunks_per_rank != 0)
       throw PartitionError("mpp: " + name() + " lists " + std::to_string(pieces) +
                            " sizes, which is not a multiple of " + std::to_string(chunks_per_rank) +
-                           " chunks per rank; list stages x chunks sizes in model order");
+                           " chunks per rank; list ranks x chunks sizes in model order");
     if (static_cast<std::size_t>(total_layers) != layer_costs.size())
       throw PartitionError("mpp: " + name() + " covers " + std::to_string(total_layers) +
                            " layers but the model has " + std::to_string(layer_costs.size()) +

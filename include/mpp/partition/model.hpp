@@ -80,16 +80,16 @@ struct LocalPiece {
 template <partition P, layered_model M>
 std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_per_rank,
                                            Placement placement = Placement::interleaved) {
-  const int stages = P::stages_for(chunks_per_rank);
+  const int ranks = P::ranks_for(chunks_per_rank);
   const auto costs = layer_costs(model);
   const auto ranges = P::split(costs, chunks_per_rank);
-  if (rank < 0 || rank >= stages)
-    throw PartitionError("mpp: rank " + std::to_string(rank) + " is not a stage of " + P::name() +
-                         " (" + std::to_string(stages) + " stages); launch " +
-                         std::to_string(stages) + " ranks per pipeline");
+  if (rank < 0 || rank >= ranks)
+    throw PartitionError("mpp: rank " + std::to_string(rank) + " is not a rank of " + P::name() +
+                         " (" + std::to_string(ranks) + " ranks); launch " + std::to_string(ranks) +
+                         " ranks per pipeline");
   std::vector<LocalPiece> local;
   for (int c = 0; c < chunks_per_rank; ++c) {
-    const int piece = piece_index(rank, c, stages, placement);
+    const int piece = piece_index(rank, c, ranks, placement);
     const LayerRange r = ranges[static_cast<std::size_t>(piece)];
     local.push_back({piece, c, r, model.build(r.begin, r.end)});
   }

@@ -22,10 +22,11 @@ struct Recompute : Base {
   using base_partition = Base;
   static constexpr bool recompute = true;    ///< Read by recomputes_v.
   static constexpr int segments = Segments;  ///< Read by recompute_segments_v.
-  /// `"Recompute<" + Base::name() + ">"`, or `"Recompute<" + Base::name() + ", S>"`.
+  /// `"Recompute<" + Base::name() + ">"`, or `"Recompute<" + Base::name() + ",S>"` (knobs are
+  /// listed without spaces, as in every display name).
   static std::string name() {
     return "Recompute<" + Base::name() +
-           (Segments == 1 ? std::string() : ", " + std::to_string(Segments)) + ">";
+           (Segments == 1 ? std::string() : "," + std::to_string(Segments)) + ">";
   }
 };
 

@@ -18,25 +18,26 @@ inline void check_enough_layers(const std::string& policy, int pieces, int chunk
   if (static_cast<std::size_t>(pieces) > layers)
     throw PartitionError(
         "mpp: " + policy + " cuts the model into " + std::to_string(pieces) + " pieces" +
-        (chunks_per_rank > 1 ? " (" + std::to_string(pieces / chunks_per_rank) + " stages x " +
+        (chunks_per_rank > 1 ? " (" + std::to_string(pieces / chunks_per_rank) + " ranks x " +
                                    std::to_string(chunks_per_rank) + " chunks per rank)"
                              : std::string()) +
         " but the model has only " + std::to_string(layers) +
-        " layers; every piece needs at least one layer: use fewer stages or chunks, or a deeper "
+        " layers; every piece needs at least one layer: use fewer ranks or chunks, or a deeper "
         "model");
 }
 }  // namespace detail
 
-/// `Uniform<P>`: layers spread evenly over P stages; when they do not divide, the first pieces get
-/// one layer more (so sizes differ by at most one, and the earlier stages — which also hold the
-/// most in-flight activations under 1F1B — are never the smaller ones by more than one layer).
+/// `Uniform<P>`: layers spread evenly over P ranks (P · V stages under V chunks per rank); when
+/// they do not divide, the first pieces get one layer more (so sizes differ by at most one, and the
+/// earlier stages — which also hold the most in-flight activations under 1F1B — are never the
+/// smaller ones by more than one layer).
 template <int P>
 struct Uniform {
-  static_assert(P >= 1, "mpp: Uniform<P> needs P >= 1 stages");
-  static constexpr int stages = P;  ///< P, the pipeline ranks.
+  static_assert(P >= 1, "mpp: Uniform<P> needs P >= 1 ranks");
+  static constexpr int ranks = P;  ///< P, the pipeline ranks.
 
   /// P, whatever the chunks per rank.
-  static constexpr int stages_for(int /*chunks_per_rank*/) { return P; }
+  static constexpr int ranks_for(int /*chunks_per_rank*/) { return P; }
   /// `"Uniform<P>"`.
   static std::string name() { return "Uniform<" + std::to_string(P) + ">"; }
 

@@ -78,21 +78,23 @@ class Pipeline {
       "mpp: an Explicit<n...> partition under a schedule with V chunks per rank lists one size per "
       "model piece, stages x V of them in model order; make the number of sizes a multiple of V");
 
-  /// Pipeline ranks (P): one per stage, or per V stages under an interleaved schedule.
-  static constexpr int stages = Stages::stages_for(chunks_per_rank);
-  static_assert(stages >= 1, "mpp: the partition gives no pipeline stage");
+  /// Pipeline ranks (P): the size of the pipeline's group.
+  static constexpr int ranks = Stages::ranks_for(chunks_per_rank);
+  static_assert(ranks >= 1, "mpp: the partition gives no pipeline rank");
+  /// Pipeline stages (P · V): the model pieces, V on each rank.
+  static constexpr int stages = ranks * chunks_per_rank;
 
   // [quote:verified]
   // The compiler runs the schedule's simulator: a table that can deadlock, or that forgets or
   // misorders a backward, does not compile. The diagnostic prints the verifier's message.
   static_assert(
-      sound<verify<Sched, Comm>(stages)>,
+      sound<verify<Sched, Comm>(ranks)>,
       "mpp: this schedule does not run under this comm policy (see the verifier's message above)");
   // [/quote:verified]
 
   /// Every rank's lowered row and the verifier's figures, as the compiler proved them: the
   /// executor runs its rank's row from this constant data.
-  using rows = CompiledRows<Sched, Comm, stages>;
+  using rows = CompiledRows<Sched, Comm, ranks>;
 
   /// The executor of this rank's rows: recompute and the split backward chosen by the types.
   static_assert(recompute_segments == 1 || !rows::split_backward,
@@ -108,8 +110,7 @@ class Pipeline {
   }
 
   /// Builds this rank's pieces of `model` (and only those) and its lowered table. `group` is the
-  /// pipeline's process group, of the comm policy's backend: its size must be the number of
-  /// stages.
+  /// pipeline's process group, of the comm policy's backend: its size must be `ranks`.
   template <layered_model Model>
   Pipeline(Group<typename Comm::backend> group, const Model& model)
       : executor_(make_executor(std::move(group), model)) {}
@@ -141,12 +142,10 @@ class Pipeline {
   /// This rank in the pipeline's group.
   int rank() const { return executor_->comm().rank(); }
   /// Whether this rank holds the first stage and takes the inputs (rank 0).
-  bool is_first() const { return rank() == rank_of(rows::placement, stages, 0); }
+  bool is_first() const { return rank() == rank_of(rows::placement, ranks, 0); }
   /// Whether this rank holds the last stage, takes the targets and computes the loss: the last
   /// rank, or rank 0 under a v-shaped schedule (ZeroBubbleV).
-  bool is_last() const {
-    return rank() == rank_of(rows::placement, stages, stages * chunks_per_rank - 1);
-  }
+  bool is_last() const { return rank() == rank_of(rows::placement, ranks, stages - 1); }
   /// The pipeline's group under its comm policy.
   const Communicator<Comm>& comm() const { return executor_->comm(); }
 
@@ -158,7 +157,7 @@ class Pipeline {
   /// Every rank's table, lowered for the comm policy's semantics, with the verifier's figures,
   /// for analysis (e.g. predictions from measured costs). It generates, lowers and verifies the
   /// schedule again on each call; training never calls it, it runs `rows`.
-  static std::unique_ptr<Plan> plan() { return make_plan(Sched::table(stages), Comm::semantics); }
+  static std::unique_ptr<Plan> plan() { return make_plan(Sched::table(ranks), Comm::semantics); }
   /// What the last train_step did on this rank: timed events, step time, activation memory.
   const trace::RankTrace& last_trace() const { return executor_->last_trace(); }
 
@@ -166,16 +165,16 @@ class Pipeline {
   template <layered_model Model>
   std::unique_ptr<executor_type> make_executor(Group<typename Comm::backend> group,
                                                const Model& model) {
-    if (group.size() != stages) {
-      std::string fix = group.size() % stages == 0
+    if (group.size() != ranks) {
+      std::string fix = group.size() % ranks == 0
                             ? "; for data parallelism over pipelines give each Pipeline its own "
                               "pipeline group of " +
-                                  std::to_string(stages) + " ranks (a DP x PP mesh)"
+                                  std::to_string(ranks) + " ranks (a DP x PP mesh)"
                             : "";
-      throw PipelineError("mpp: " + name() + " has " + std::to_string(stages) +
-                          " stages but its process group has " + std::to_string(group.size()) +
-                          " ranks; launch " + std::to_string(stages) +
-                          " ranks (mpprun --nproc-per-node " + std::to_string(stages) + ")" + fix);
+      throw PipelineError("mpp: " + name() + " runs on " + std::to_string(ranks) +
+                          " ranks but its process group has " + std::to_string(group.size()) +
+                          "; launch " + std::to_string(ranks) + " ranks (mpprun --nproc-per-node " +
+                          std::to_string(ranks) + ")" + fix);
     }
     const int rank = group.rank();
     auto pieces = build_local_pieces<Stages>(model, rank, chunks_per_rank, rows::placement);
@@ -183,7 +182,7 @@ class Pipeline {
     detail::ExecutorConfig config;
     config.pipeline_name = name();
     config.schedule_name = schedule_display_name<Sched>();
-    config.ranks = stages;
+    config.ranks = ranks;
     config.chunks_per_rank = chunks_per_rank;
     config.micro_batches = micro_batches;
     config.placement = rows::placement;

@@ -169,7 +169,8 @@ class StageCompute {
         s.input = at::Tensor();
         s.output = at::Tensor();
         s.loss = at::Tensor();
-        rebuild_segment(a, k - 1, s, step, loss_fn, false);
+        // Inside B's span, which records it: a recompute event of its own would count it twice.
+        rebuild_segment(a, k - 1, s, step, loss_fn, false, /*traced=*/false);
       }
       if (want_input) s.input_grad = s.input.grad();
       recorder_->record(trace::EventKind::backward, Op::B, a.micro_batch, a.chunk, -1, t0,
@@ -308,9 +309,10 @@ class StageCompute {
   // [quote:rebuild_graph]
   /// Under Recompute: segment `k`'s forward again from its checkpoint, this time with the graph
   /// (and the layer outputs if split), drawing the same random numbers as the first time.
+  /// `traced`: recorded as a recompute event (not when it runs inside a recorded backward).
   template <class LossFn>
   void rebuild_segment(const Action& a, int k, Slot& s, const Step& step, LossFn& loss_fn,
-                       bool split) {
+                       bool split, bool traced = true) {
     const auto t0 = recorder_->now();
     Checkpoint from = std::move(s.checkpoints.back());  // segments are rebuilt last first
     s.checkpoints.pop_back();
@@ -332,8 +334,9 @@ class StageCompute {
     s.held_bytes = 0;
     hold(s, measure_held(s, root_is_loss ? at::Tensor() : out));
     s.graph_ready = true;
-    recorder_->record(trace::EventKind::recompute, Op::F, a.micro_batch, a.chunk, -1, t0,
-                      recorder_->now());
+    if (traced)
+      recorder_->record(trace::EventKind::recompute, Op::F, a.micro_batch, a.chunk, -1, t0,
+                        recorder_->now());
   }
   // [/quote:rebuild_graph]
 

@@ -1,3 +1,3 @@
 // Must not compile: a stage with zero layers.
 #include "mpp/partition/explicit.hpp"
-int main() { return mpp::Explicit<4, 0, 4>::stages; }
+int main() { return mpp::Explicit<4, 0, 4>::pieces; }

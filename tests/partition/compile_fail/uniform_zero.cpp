@@ -1,3 +1,3 @@
-// Must not compile: a pipeline of zero stages.
+// Must not compile: a pipeline of zero ranks.
 #include "mpp/partition/uniform.hpp"
-int main() { return mpp::Uniform<0>::stages; }
+int main() { return mpp::Uniform<0>::ranks; }

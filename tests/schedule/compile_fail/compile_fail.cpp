@@ -2,7 +2,7 @@
 // with the message CTest expects (tests/schedule/CMakeLists.txt); MPP_COMPILE_FAIL_CASE=0 is the
 // control that must compile, so a broken include cannot pass for a rejection.
 #include "mpp/comm/policy.hpp"
-#include "mpp/pipeline/with_stages.hpp"
+#include "mpp/pipeline/with_ranks.hpp"
 #include "mpp/schedule.hpp"
 
 namespace {
@@ -16,7 +16,7 @@ static_assert(mpp::sound<mpp::verify<mpp::Interleaved1F1B<8, 2>, mpp::Async<mpp:
 inline constexpr mpp::Action good[2][4] = {{F(0), F(1), B(0), B(1)}, {F(0), B(0), F(1), B(1)}};
 static_assert(mpp::sound<mpp::verify<mpp::Custom<good>, mpp::Blocking<mpp::Gloo>>(2)>);
 [[maybe_unused]] int sizes_it_can_run(int world_size) {
-  return mpp::with_stages<2, 4>(world_size, [](auto ranks) {
+  return mpp::with_ranks<2, 4>(world_size, [](auto ranks) {
     static_assert(
         mpp::sound<mpp::verify<mpp::Interleaved1F1B<4, 2>, mpp::Async<mpp::Gloo>>(ranks)>);
     return int{ranks};
@@ -62,7 +62,7 @@ static_assert(mpp::verify<mpp::GPipe<0>, mpp::Async<mpp::Gloo>>(4).ok);
 // is proven when the program is compiled, so the build stops on 3 (as Pipeline's own
 // static_assert, the same expression, stops it).
 [[maybe_unused]] int sizes_it_cannot_run(int world_size) {
-  return mpp::with_stages<2, 3, 4>(world_size, [](auto ranks) {
+  return mpp::with_ranks<2, 3, 4>(world_size, [](auto ranks) {
     static_assert(
         mpp::sound<mpp::verify<mpp::Interleaved1F1B<4, 2>, mpp::Async<mpp::Gloo>>(ranks)>);
     return int{ranks};

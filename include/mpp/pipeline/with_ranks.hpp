@@ -4,7 +4,7 @@
 // or 8 ranks instantiates its pipeline once per size, each instantiation proven when it is
 // compiled, and picks the one that matches the world at run time:
 //
-//   mpp::with_stages<2, 4, 8>(world.size(), [&](auto ranks) {
+//   mpp::with_ranks<2, 4, 8>(world.size(), [&](auto ranks) {
 //     mpp::Pipeline<mpp::Uniform<ranks>, mpp::OneFOneB<8>, mpp::Async<mpp::Shm>> pipe(world,
 //     model);
 //     ...
@@ -20,7 +20,7 @@
 
 namespace mpp {
 
-/// Thrown by with_stages when the world size is not one the program was compiled for; the
+/// Thrown by with_ranks when the world size is not one the program was compiled for; the
 /// message lists the sizes it supports and how to launch one of them.
 class WorldSizeError : public InvalidArgument {
  public:
@@ -53,10 +53,10 @@ constexpr bool all_distinct() {
 }
 
 template <int... All, int First, int... Rest, class F>
-decltype(auto) with_stages_from(std::integer_sequence<int, First, Rest...>, int world_size, F& f) {
+decltype(auto) with_ranks_from(std::integer_sequence<int, First, Rest...>, int world_size, F& f) {
   if (world_size == First) return f(std::integral_constant<int, First>{});
   if constexpr (sizeof...(Rest) > 0) {
-    return with_stages_from<All...>(std::integer_sequence<int, Rest...>{}, world_size, f);
+    return with_ranks_from<All...>(std::integer_sequence<int, Rest...>{}, world_size, f);
   } else {
     constexpr int sizes[] = {All...};
     throw WorldSizeError("mpp: this program runs on " + supported_sizes<All...>() + " ranks, not " +
@@ -74,17 +74,17 @@ decltype(auto) with_stages_from(std::integer_sequence<int, First, Rest...>, int 
 /// of `Sizes`, so a size the schedule cannot run stops the build. Throws WorldSizeError, naming
 /// the supported sizes, when `world_size` is none of them.
 template <int... Sizes, class F>
-decltype(auto) with_stages(int world_size, F&& f) {
-  static_assert(sizeof...(Sizes) > 0, "mpp::with_stages<Sizes...> needs at least one size");
-  static_assert(((Sizes >= 1) && ...), "mpp::with_stages<Sizes...>: every size must be >= 1");
+decltype(auto) with_ranks(int world_size, F&& f) {
+  static_assert(sizeof...(Sizes) > 0, "mpp::with_ranks<Sizes...> needs at least one size");
+  static_assert(((Sizes >= 1) && ...), "mpp::with_ranks<Sizes...>: every size must be >= 1");
   static_assert(detail::all_distinct<Sizes...>(),
-                "mpp::with_stages<Sizes...>: each size may appear only once");
+                "mpp::with_ranks<Sizes...>: each size may appear only once");
   constexpr int sizes[] = {Sizes...};
   using Result = std::invoke_result_t<F&, std::integral_constant<int, sizes[0]>>;
   static_assert(
       (std::is_same_v<Result, std::invoke_result_t<F&, std::integral_constant<int, Sizes>>> && ...),
-      "mpp::with_stages: f must return the same type for every size");
-  return detail::with_stages_from<Sizes...>(std::integer_sequence<int, Sizes...>{}, world_size, f);
+      "mpp::with_ranks: f must return the same type for every size");
+  return detail::with_ranks_from<Sizes...>(std::integer_sequence<int, Sizes...>{}, world_size, f);
 }
 
 }  // namespace mpp

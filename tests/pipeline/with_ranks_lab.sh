@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One binary, several world sizes: the 1F1B lab (built with mpp::with_stages<2, 4>) trains on 2
+# One binary, several world sizes: the 1F1B lab (built with mpp::with_ranks<2, 4>) trains on 2
 # ranks and on 4, and on 3 it stops at once with exit code 2 and the sizes it supports.
-#   with_stages_lab.sh MPPRUN LAB
+#   with_ranks_lab.sh MPPRUN LAB
 set -uo pipefail
 mpprun="${1:?mpprun}"; lab="${2:?lab}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
