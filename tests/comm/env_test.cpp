@@ -193,12 +193,15 @@ TEST_CASE("env: malformed and contradictory values are refused") {
   CHECK(f.variable == "NODE_RANK");
   CHECK(contains(f.message, "disagree"));
 
-  // Two nodes both started with --node-rank 0: rank 3 cannot be local rank 1 of node 0.
-  Vars same_node = torchrun_rank3_of_4_two_nodes;
-  set(same_node, "GROUP_RANK", "0");
-  f = failure_of(same_node);
+  // Variables written by hand that disagree: rank 3 cannot be local rank 1 of node 0.
+  Vars hand_written = torchrun_rank3_of_4_two_nodes;
+  set(hand_written, "GROUP_RANK", "0");
+  f = failure_of(hand_written);
   CHECK(f.variable == "RANK");
-  CHECK(contains(f.message, "--node-rank"));
+  CHECK(contains(f.message,
+                 "RANK=3 contradicts GROUP_RANK=0 x LOCAL_WORLD_SIZE=2 + LOCAL_RANK=1, which give "
+                 "RANK=1; set the variables so that they agree, or start every rank through a "
+                 "launcher"));
 
   Vars bad_port = torchrun_rank3_of_4_two_nodes;
   set(bad_port, "MASTER_PORT", "70000");

@@ -62,7 +62,7 @@ namespace detail {
 
 inline constexpr std::string_view launch_hint =
     "start every rank through a launcher, e.g. `mpprun --nproc-per-node 2 <program>` "
-    "(or `torchrun --no-python --nproc-per-node 2 <program>`, `srun`, `mpirun`)";
+    "(or `torchrun --no_python --nproc-per-node 2 <program>`, `srun`, `mpirun`)";
 
 template <class Lookup>
 std::optional<std::string> lookup_nonempty(Lookup& get, std::string_view name) {
@@ -241,18 +241,19 @@ Environment parse_environment(Lookup get) {
     const int nodes = env.world_size / env.local_world_size;
     check_range(node_var, env.node_rank, "nodes", nodes,
                 "there are " + size_var + " / " + local_size_var + " nodes");
-    // torchrun and mpprun number ranks node by node; a mismatch means two nodes were started
-    // with the same --node-rank or different --nproc-per-node.
+    // torchrun and mpprun number ranks node by node and set RANK from the node rank themselves,
+    // so a mismatch comes from variables written by hand (or by a launcher numbering otherwise).
+    // Two nodes started with the same --node-rank pass here and meet the init deadline instead.
     if (env.launcher != Launcher::slurm && local_rank &&
         env.rank != env.node_rank * env.local_world_size + env.local_rank)
-      throw EnvironmentError(rank_var, "mpp: " + rank_var + "=" + std::to_string(env.rank) +
-                                           " contradicts " + node_var + "=" +
-                                           std::to_string(env.node_rank) + " x " + local_size_var +
-                                           "=" + std::to_string(env.local_world_size) + " + " +
-                                           local_rank_var + "=" + std::to_string(env.local_rank) +
-                                           "; give each node its own --node-rank "
-                                           "and the same --nproc-per-node, or " +
-                                           std::string(detail::launch_hint));
+      throw EnvironmentError(
+          rank_var, "mpp: " + rank_var + "=" + std::to_string(env.rank) + " contradicts " +
+                        node_var + "=" + std::to_string(env.node_rank) + " x " + local_size_var +
+                        "=" + std::to_string(env.local_world_size) + " + " + local_rank_var + "=" +
+                        std::to_string(env.local_rank) + ", which give RANK=" +
+                        std::to_string(env.node_rank * env.local_world_size + env.local_rank) +
+                        "; set the variables so that they agree, or " +
+                        std::string(detail::launch_hint));
   }
 
   // Rendezvous address: only needed when there is someone to meet.

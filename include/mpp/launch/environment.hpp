@@ -1,7 +1,7 @@
 #pragma once
 // Where each rank started by one launcher sits in the job, and the variables that tell it so.
 // The names and their meaning are torchrun's, so that a binary launched by mpprun also runs
-// under `torchrun --no-python` (and, through the comm layer, under srun and mpirun).
+// under `torchrun --no_python` (and, through the comm layer, under srun and mpirun).
 // Standard library and POSIX only: no LibTorch.
 #include <netinet/in.h>
 #include <sys/socket.h>
