@@ -282,9 +282,21 @@ fi
 if wanted recompute; then
   # Lab 10 at the same scale as the pipeline labs: 1F1B with and without Recompute, and Recompute
   # in 2 and 4 segments per stage (chapter 10's memory figures).
+  # Both runs' comparison lines, as rank 0 printed them, for chapter 10 to quote: the course's
+  # model (the chapter's first command) and h = 512 (the figure's).
   mkdir -p "$out/pipeline"
+  recompute_rows() {  # recompute_rows LOG TXT: the pair, "...", the segments' lines
+    sed -n 's/^\[rank0\]: \(Recompute against .*\|  OneFOneB<8> .*\|  Recompute + .*\)$/\1/p' "$1" >"$2"
+    echo "..." >>"$2"
+    sed -n 's/^\[rank0\]: \(Recompute in segments.*\|  [0-9]* segments per stage .*\)$/\1/p' "$1" >>"$2"
+    [[ $(wc -l <"$2") -eq 7 ]] || { echo "figures: lab 10 printed no comparison in $1" >&2; exit 1; }
+  }
+  log_name=pipeline_measured_recompute_course ranks 2 "$(binary examples/10_recompute/recompute)" --steps 10
+  recompute_rows "$logs/pipeline_measured_recompute_course.log" "$out/pipeline/measured_recompute_course.txt"
+  values pipeline pipeline_measured_recompute_course recompute "$out/pipeline/measured_recompute_course.json"
   log_name=pipeline_measured_recompute_p2 ranks 2 "$(binary examples/10_recompute/recompute)" \
     --hidden 512 --batch 64 --steps 10 --svg "$out/pipeline/measured_recompute_p2.svg"
+  recompute_rows "$logs/pipeline_measured_recompute_p2.log" "$out/pipeline/measured_recompute_p2.txt"
   values pipeline pipeline_measured_recompute_p2 recompute "$out/pipeline/measured_recompute_p2.json"
 fi
 
