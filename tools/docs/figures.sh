@@ -24,7 +24,8 @@ while (($#)); do
       echo "         interleaved zero_bubble recompute manual_dp naive_dp ddp hybrid train_tiny_transformer"
       echo "         mpp-plot lab17_multinode"
       echo "figures: schedules pipeline recompute monolith manual_split pingpong memory_wall data_parallel (or:"
-      echo "         manual_dp hybrid, its chapters 11 and 14 alone) ddp transformer multinode faults"
+      echo "         manual_dp hybrid, its chapters 11 and 14 alone) ddp (ddp_link: its link run alone)"
+      echo "         transformer multinode faults"
       exit 0 ;;
     -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "figures: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -486,6 +487,15 @@ if wanted ddp; then
   log_name=data_parallel_ddp_loopback ranks 2 "$lab13" --steps 8 --svg "$out/data_parallel/ddp_overlap_loopback.svg"
   values ddp data_parallel_ddp_loopback ddp "$out/data_parallel/ddp_overlap_loopback.json"
   rank0_text "$logs/data_parallel_ddp_loopback.log" >"$out/data_parallel/ddp_overlap_loopback.txt"
+fi
+
+if wanted ddp || wanted ddp_link; then
+  # Lab 13 over the 2 Gbit/s link (`--only ddp_link` alone): a global batch of 1024, so that the
+  # backward lasts about as long as the link takes for the 64 MiB of gradients and has time to
+  # hide them.
+  mkdir -p "$out/data_parallel"
+  lab13=$(binary examples/13_ddp/ddp)
+  rank0_text() { sed -n 's/^\[rank0\]: //p' "$1" | grep -vE '^(BLAS|one naive DP step)' | sed -E 's/ +$//' | cat -s; }
   if ! why=$("$root/scripts/netns" check 2>&1); then
     echo "figures: SKIP ddp over a 2 Gbit/s link: ${why#netns: SKIP: } (the loopback run is drawn)" >&2
   else
@@ -496,7 +506,7 @@ if wanted ddp; then
     master=$("$root/scripts/netns" addr "$prefix" 0)
     mpprun=$(binary tools/mpprun/mpprun)
     p=$((20000 + RANDOM % 20000))  # inside fresh namespaces: nobody else listens there
-    args=(--steps 8 --svg "$out/data_parallel/ddp_overlap.svg" --link "two network namespaces, 2 Gbit/s link")
+    args=(--steps 8 --global-batch 1024 --svg "$out/data_parallel/ddp_overlap.svg" --link "two network namespaces, 2 Gbit/s link")
     name=data_parallel_ddp_link
     echo "scripts/netns shape PREFIX 2gbit; one rank on each node, node i on CPU i: $lab13 ${args[*]}" | sed "s|$root/||g" >"$logs/$name.cmd"
     echo "+ two namespaces joined by a 2 Gbit/s link, one rank each: $lab13 ${args[*]}" >&2
@@ -512,7 +522,7 @@ if wanted ddp; then
     "$root/scripts/netns" down "$prefix" >/dev/null 2>&1 || true
     trap - EXIT
     ((rc == 0)) || { tail -n 30 "$logs/$name.log" "$logs/$name.node1.log" >&2; echo "figures: lab 13 over the link failed" >&2; exit 1; }
-    values ddp "$name" ddp "$out/data_parallel/ddp_overlap.json"
+    values ddp "$name" ddp_link "$out/data_parallel/ddp_overlap.json"
     rank0_text "$logs/$name.log" >"$out/data_parallel/ddp_overlap.txt"
   fi
 fi
