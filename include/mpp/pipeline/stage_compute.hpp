@@ -145,11 +145,11 @@ class StageCompute {
 
   /// B (split = false): input and weight gradients. I (split = true): input gradient and the
   /// gradient at every layer output, keeping the graph for W. `grad_out` is the gradient of the
-  /// stage's output (undefined on the last stage, whose root is the loss).
+  /// stage's output (undefined on the last stage, whose root is the loss). The caller has
+  /// checked that the forward ran (check_forward_ran), before it took `grad_out`.
   template <class LossFn>
   void backward(const Action& a, const at::Tensor& grad_out, Slot& s, Step& step, LossFn& loss_fn,
                 bool split) {
-    check_forward_ran(a, s);
     if constexpr (Recompute)
       if (!s.graph_ready) rebuild_segment(a, Segments - 1, s, step, loss_fn, split);
     const auto t0 = recorder_->now();

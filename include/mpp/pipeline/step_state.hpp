@@ -27,8 +27,9 @@ struct Checkpoint {
 
 /// One micro-batch on one local chunk.
 struct Slot {
-  at::Tensor input;  // input of the graph the backward runs through (a leaf that requires
-                     // grad, except on stage 0); under Recompute, the rebuilt segment's
+  // Input of the graph the backward runs through (a leaf that requires grad, except on stage 0);
+  // under Recompute, the input of the segment rebuilt last.
+  at::Tensor input;
   std::vector<Checkpoint> checkpoints;  // under Recompute: one per segment not yet rebuilt
   at::Tensor output;       // graph root of a middle stage; under Recompute only kept until sent
   at::Tensor loss;         // weighted loss (last stage)
