@@ -134,12 +134,14 @@ int equivalence_worker(int, char**) {
   return 0;
 }
 
-/// Registers one worker per (comm policy, ranks) of schedule `Sched`; returns true.
-template <class Sched>
+/// Registers one worker per (comm policy, rank count in `Ranks`) of schedule `Sched`; returns
+/// true.
+template <class Sched, int... Ranks>
 bool register_workers() {
   for_each_type<comm_policies>([]<class Comm>() {
-    worker_registry().emplace(worker_name<Sched, Comm, 2>(), &equivalence_worker<Sched, Comm, 2>);
-    worker_registry().emplace(worker_name<Sched, Comm, 4>(), &equivalence_worker<Sched, Comm, 4>);
+    (worker_registry().emplace(worker_name<Sched, Comm, Ranks>(),
+                               &equivalence_worker<Sched, Comm, Ranks>),
+     ...);
   });
   return true;
 }
@@ -154,31 +156,40 @@ void run_equivalence() {
   CHECK_MESSAGE(world.ok(), world.report());
 }
 
-template <class Sched>
+template <class Sched, int... Ranks>
 void run_all(bool registered) {
   REQUIRE(registered);
-  for_each_type<comm_policies>([]<class Comm>() {
-    run_equivalence<Sched, Comm, 2>();
-    run_equivalence<Sched, Comm, 4>();
-  });
+  for_each_type<comm_policies>([]<class Comm>() { (run_equivalence<Sched, Comm, Ranks>(), ...); });
 }
 
 /// The test case's name for `Sched`, kept for the program's life (doctest keeps the pointer).
-template <class Sched>
+template <class Sched, int... Ranks>
 const char* test_name() {
   static const std::string name =
       "pipeline training equals the monolith for every comm policy, partition and Recompute: " +
-      mpp::schedule_display_name<Sched>();
+      mpp::schedule_display_name<Sched>() +
+      ((" on " + std::to_string(Ranks) + " ranks") + ... + std::string());
   return name.c_str();
 }
 
 }  // namespace mpp::test::equivalence
 
-/// One schedule's workers (registered before main() runs) and its test case.
-#define MPP_PIPELINE_EQUIVALENCE(...)                                                          \
-  namespace {                                                                                  \
-  const bool equivalence_registered = mpp::test::equivalence::register_workers<__VA_ARGS__>(); \
-  }                                                                                            \
-  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__>())) {                              \
-    mpp::test::equivalence::run_all<__VA_ARGS__>(equivalence_registered);                      \
+/// One schedule's workers (registered before main() runs) and its test case, on 2 and 4 ranks.
+#define MPP_PIPELINE_EQUIVALENCE(...)                                           \
+  namespace {                                                                   \
+  const bool equivalence_registered =                                           \
+      mpp::test::equivalence::register_workers<__VA_ARGS__, 2, 4>();            \
+  }                                                                             \
+  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__>())) {               \
+    mpp::test::equivalence::run_all<__VA_ARGS__, 2, 4>(equivalence_registered); \
+  }
+
+/// The same for a schedule that runs on `RANKS` ranks only (a table written for them).
+#define MPP_PIPELINE_EQUIVALENCE_ON(RANKS, ...)                                  \
+  namespace {                                                                    \
+  const bool equivalence_registered =                                            \
+      mpp::test::equivalence::register_workers<__VA_ARGS__, RANKS>();            \
+  }                                                                              \
+  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__, RANKS>())) {         \
+    mpp::test::equivalence::run_all<__VA_ARGS__, RANKS>(equivalence_registered); \
   }

@@ -4,7 +4,9 @@
 //   mpp-schedule 1f1b --ranks 4 --micro 8
 //   mpp-schedule interleaved -p 4 -m 8 -v 2 --comm blocking --svg il.svg --json il.json
 //   mpp-schedule zb-h1 -p 4 -m 8 --forward 1 --input-grad 1 --weight-grad 1
-//   mpp-schedule --import-csv torch_schedule.csv --comm async
+//   mpp-schedule --import-csv torch_schedule.csv --comm async --emit-cpp torch_schedule.hpp
+//   mpp-schedule zb-v -p 4 -m 8 --csv zbv.csv --csv-format compute_only
+//   mpp-schedule search -p 4 -m 8 --max-in-flight 4 --emit-cpp searched.hpp
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <string>
 
 #include "mpp/schedule.hpp"
+#include "mpp/schedule/search.hpp"
 #include "mpp/trace/plot.hpp"  // render_timeline: the measured timelines' renderer
 
 namespace {
@@ -42,11 +45,27 @@ int main(int argc, char** argv) {
   int ranks = 4, micro_batches = 8, chunks = 2;
   std::string comm = "async";
   mpp::Costs costs{};
-  std::string svg_path, json_path, csv_path, import_path, title;
-  bool show_table = false, quiet = false, list = false;
+  std::string svg_path, json_path, csv_path, import_path, title, cpp_path;
+  std::string csv_format = "compute_comms", type_name = "ImportedSchedule",
+              cpp_namespace = "schedules";
+  bool show_table = false, quiet = false, list = false, full_backward = false;
+  int max_in_flight = 0;
+  std::string placement = "looped";
   app.add_option("schedule", schedule_name,
-                 "one of: " + std::string(mpp::builtin_schedule_names().view()))
+                 "one of: " + std::string(mpp::builtin_schedule_names().view()) +
+                     "; or search: the shortest proven table the costs and the cap allow")
       ->capture_default_str();
+  app.add_option("--max-in-flight", max_in_flight,
+                 "search: the cap on chunk activations a rank holds (0: none; 1F1B holds P, "
+                 "ZB-V 2P)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--placement", placement,
+                 "search: looped (stage = chunk * P + rank) or v (rank r holds r and 2P - 1 - r)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"looped", "v"}));
+  app.add_flag("--full-backward", full_backward,
+               "search: full backwards (B) only, no split into I and W");
   app.add_flag("--list", list,
                "print each built-in schedule's name and the mpp-schedule arguments that draw it "
                "(one line each) and exit");
@@ -72,8 +91,21 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the simulated run as Chrome trace JSON");
   app.add_option("--csv", csv_path,
                  "write the lowered tables in torch.distributed.pipelining's action CSV format");
+  app.add_option("--csv-format", csv_format,
+                 "what --csv writes: compute_comms (the lowered tables, with SEND/RECV) or "
+                 "compute_only (F, B, I, W), as torch.distributed.pipelining names them")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"compute_comms", "compute_only"}));
   app.add_option("--import-csv", import_path,
-                 "verify tables read from an action CSV (one line per rank) instead");
+                 "verify tables read from an action CSV (one line per rank) instead; the stages "
+                 "each line names are that rank's");
+  app.add_option("--emit-cpp", cpp_path,
+                 "write a C++ header defining the table as constexpr rows and a schedule type "
+                 "(mpp::Custom), proven by static_assert");
+  app.add_option("--type-name", type_name, "the schedule type's name in the --emit-cpp header")
+      ->capture_default_str();
+  app.add_option("--namespace", cpp_namespace, "the --emit-cpp header's namespace")
+      ->capture_default_str();
   app.add_option("--title", title, "SVG title (default: the schedule and its knobs)");
   app.add_flag("--table", show_table, "print each rank's lowered actions");
   app.add_flag("-q,--quiet", quiet, "do not print the ASCII timeline");
@@ -91,9 +123,37 @@ int main(int argc, char** argv) {
     const mpp::CommSemantics semantics =
         comm == "blocking" ? mpp::CommSemantics::rendezvous : mpp::CommSemantics::buffered;
     auto compute = std::make_unique<mpp::ScheduleTable>();
-    std::string label;
-    if (!import_path.empty()) {
-      mpp::table_from_action_csv(*compute, read_file(import_path), semantics);
+    std::string label, bound;
+    if (schedule_name == "search") {
+      // Looped: one chunk per rank unless -v says otherwise.
+      const int v = placement == "v" ? 2 : (app.count("--chunks") > 0 ? chunks : 1);
+      mpp::SearchSpec spec{.ranks = ranks,
+                           .micro_batches = micro_batches,
+                           .placement = placement == "v" ? mpp::v_shape_placement(ranks, 2)
+                                                         : mpp::interleaved_placement(ranks, v),
+                           .max_in_flight = max_in_flight,
+                           .split_backward = !full_backward,
+                           .costs = costs,
+                           .semantics = semantics};
+      auto found = std::make_unique<mpp::SearchResult>();
+      mpp::search_into(*found, spec);
+      if (!found->ok()) {
+        std::cerr << found->error.view() << '\n';
+        return 1;
+      }
+      *compute = found->table;
+      label = "Searched<" + std::to_string(micro_batches) + "> (" + placement + ", cap " +
+              (max_in_flight > 0 ? std::to_string(max_in_flight) : std::string("none")) + ") on " +
+              std::to_string(ranks) + " ranks";
+      char text[160];
+      std::snprintf(text, sizeof text, "lower bound %d, gap %.1f%% (%d candidates)",
+                    found->lower_bound, 100.0 * found->gap(), found->candidates);
+      bound = text;
+    } else if (!import_path.empty()) {
+      const int ignored = mpp::table_from_action_csv(*compute, read_file(import_path), semantics);
+      if (ignored > 0)
+        std::cerr << "mpp-schedule: skipped " << ignored << " action(s) of " << import_path << ": "
+                  << mpp::ignored_action_reason << '\n';
       label = import_path;
     } else {
       // The knobs a schedule does not take are not asked of it (M = 1 for Naive, its own V).
@@ -129,6 +189,7 @@ int main(int argc, char** argv) {
               << " T_comm=" << costs.comm << ")\n";
     if (!quiet) std::cout << mpp::render_ascii(events);
     std::cout << figures << '\n';
+    if (!bound.empty()) std::cout << bound << '\n';
     if (show_table)
       for (int r = 0; r < plan->ranks(); ++r) {
         std::cout << "rank " << r << ':';
@@ -141,7 +202,15 @@ int main(int argc, char** argv) {
                                                       .subtitle = figures,
                                                       .unit = "cost units"}));
     if (!json_path.empty()) write_file(json_path, mpp::render_chrome_trace(events));
-    if (!csv_path.empty()) write_file(csv_path, mpp::to_action_csv(plan->table));
+    // compute_only: the table as generated or imported (an imported lowered table stays lowered).
+    if (!csv_path.empty())
+      write_file(csv_path, mpp::to_action_csv(csv_format == "compute_only" && !compute->lowered
+                                                  ? *compute
+                                                  : plan->table));
+    if (!cpp_path.empty())
+      write_file(cpp_path,
+                 mpp::to_cpp_header(*compute, type_name, cpp_namespace,
+                                    import_path.empty() ? label : "imported from " + import_path));
   } catch (const std::exception& e) {
     std::cerr << e.what() << '\n';
     return 1;

@@ -59,13 +59,6 @@ std::vector<std::int64_t> layer_costs(const M& model) {
   return costs;
 }
 
-/// Which model piece is chunk `chunk` of rank `rank` among `ranks` ranks: the global stage the
-/// schedule's placement gives it (interleaved: c·P + r; v-shape: see mpp::Placement).
-constexpr int piece_index(int rank, int chunk, int ranks,
-                          Placement placement = Placement::interleaved) {
-  return stage_of(placement, ranks, rank, chunk);
-}
-
 /// One model piece held by this rank.
 struct LocalPiece {
   int piece = 0;                 ///< index in model order
@@ -76,10 +69,10 @@ struct LocalPiece {
 
 // [quote:build_local_pieces]
 /// Builds only this rank's pieces: nothing outside them is ever allocated. `placement` is the
-/// schedule's (which stages this rank holds).
+/// schedule's (which stages this rank holds); without one, interleaved.
 template <partition P, layered_model M>
 std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_per_rank,
-                                           Placement placement = Placement::interleaved) {
+                                           const Placement* placement = nullptr) {
   const int ranks = P::ranks_for(chunks_per_rank);
   const auto costs = layer_costs(model);
   const auto ranges = P::split(costs, chunks_per_rank);
@@ -87,9 +80,15 @@ std::vector<LocalPiece> build_local_pieces(const M& model, int rank, int chunks_
     throw PartitionError("mpp: rank " + std::to_string(rank) + " is not a rank of " + P::name() +
                          " (" + std::to_string(ranks) + " ranks); launch " + std::to_string(ranks) +
                          " ranks per pipeline");
+  if (placement && (placement->ranks != ranks || placement->chunks_per_rank != chunks_per_rank))
+    throw PartitionError("mpp: the placement is for " + std::to_string(placement->ranks) +
+                         " ranks of " + std::to_string(placement->chunks_per_rank) +
+                         " chunks, but " + P::name() + " cuts " + std::to_string(ranks) +
+                         " ranks of " + std::to_string(chunks_per_rank) +
+                         "; give the schedule's placement");
   std::vector<LocalPiece> local;
   for (int c = 0; c < chunks_per_rank; ++c) {
-    const int piece = piece_index(rank, c, ranks, placement);
+    const int piece = placement ? placement->stage_of(rank, c) : c * ranks + rank;
     const LayerRange r = ranges[static_cast<std::size_t>(piece)];
     local.push_back({piece, c, r, model.build(r.begin, r.end)});
   }

@@ -46,6 +46,11 @@ class Executor {
         map_{config_.placement, config_.ranks, config_.ranks * config_.chunks_per_rank,
              comm.rank()},
         actions_(std::move(actions)),
+        chunk_stages_([this] {
+          std::vector<int> stages;
+          for (int c = 0; c < config_.chunks_per_rank; ++c) stages.push_back(map_.stage_of(c));
+          return stages;
+        }()),
         compute_(std::move(pieces), map_, recorder_),
         links_(std::move(comm), map_, config_, recorder_) {}
   // The parts keep pointers to the map, the config and the recorder: the executor stays put.
@@ -62,7 +67,7 @@ class Executor {
 
   template <class LossFn>
   double train_step(const at::Tensor& inputs, const at::Tensor& targets, LossFn& loss_fn) {
-    recorder_.begin_step(map_.rank, actions_.size() + 8, config_.placement);
+    recorder_.begin_step(map_.rank, actions_.size() + 8, chunk_stages_);
     // The step's state lives on this frame: if anything throws, its pending receives and sends
     // are abandoned while the error unwinds (Request's rule) instead of being waited on.
     Step step(compute_.pieces().size(), config_.micro_batches);
@@ -176,6 +181,7 @@ class Executor {
   StageMap map_;
   trace::Recorder recorder_;
   std::vector<Action> actions_;
+  std::vector<int> chunk_stages_;  // the stage of each local chunk, for the trace
   StageCompute<Recompute, SplitBackward, Segments> compute_;
   StageLinks<C> links_;
 };

@@ -14,7 +14,7 @@ struct ExecutorConfig {
   int ranks = 1;              // P
   int chunks_per_rank = 1;    // V
   int micro_batches = 1;      // M
-  Placement placement = Placement::interleaved;  // which stages this rank holds
+  Placement placement{};      // which stages this rank holds
   std::vector<ActivationSpec> expected_inputs;   // per local chunk: what its first layer takes
   std::vector<ActivationSpec> expected_outputs;  // per local chunk: what the next stage takes
 };

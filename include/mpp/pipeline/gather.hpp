@@ -12,12 +12,13 @@ namespace mpp {
 
 namespace detail {
 inline constexpr int trace_tag = 1 << 22;  // above every tag a step uses
-inline constexpr int trace_header = 7;
+inline constexpr int trace_header = 7;     // then one field per chunk stage, then the events
 inline constexpr int trace_fields = 8;
 
 inline at::Tensor pack_trace(const trace::RankTrace& t) {
   const auto n = static_cast<std::int64_t>(t.events.size());
-  at::Tensor out = at::empty({trace_header + n * trace_fields}, at::kDouble);
+  const auto chunks = static_cast<std::int64_t>(t.chunk_stages.size());
+  at::Tensor out = at::empty({trace_header + chunks + n * trace_fields}, at::kDouble);
   double* p = out.data_ptr<double>();
   p[0] = t.rank;
   p[1] = t.start_us;
@@ -25,10 +26,12 @@ inline at::Tensor pack_trace(const trace::RankTrace& t) {
   p[3] = static_cast<double>(t.peak_activation_bytes);
   p[4] = t.peak_in_flight;
   p[5] = static_cast<double>(n);
-  p[6] = static_cast<double>(t.placement);
+  p[6] = static_cast<double>(chunks);
+  for (std::int64_t c = 0; c < chunks; ++c)
+    p[trace_header + c] = t.chunk_stages[static_cast<std::size_t>(c)];
   for (std::int64_t i = 0; i < n; ++i) {
     const auto& e = t.events[static_cast<std::size_t>(i)];
-    double* q = p + trace_header + i * trace_fields;
+    double* q = p + trace_header + chunks + i * trace_fields;
     q[0] = static_cast<double>(e.kind);
     q[1] = static_cast<double>(e.op);
     q[2] = e.micro_batch;
@@ -50,9 +53,11 @@ inline trace::RankTrace unpack_trace(const at::Tensor& packed) {
   t.peak_activation_bytes = static_cast<std::int64_t>(p[3]);
   t.peak_in_flight = static_cast<int>(p[4]);
   const auto n = static_cast<std::int64_t>(p[5]);
-  t.placement = static_cast<Placement>(static_cast<int>(p[6]));
+  const auto chunks = static_cast<std::int64_t>(p[6]);
+  for (std::int64_t c = 0; c < chunks; ++c)
+    t.chunk_stages.push_back(static_cast<int>(p[trace_header + c]));
   for (std::int64_t i = 0; i < n; ++i) {
-    const double* q = p + trace_header + i * trace_fields;
+    const double* q = p + trace_header + chunks + i * trace_fields;
     t.events.push_back({static_cast<trace::EventKind>(static_cast<int>(q[0])),
                         static_cast<Op>(static_cast<int>(q[1])), static_cast<std::int32_t>(q[2]),
                         static_cast<std::int32_t>(q[3]), static_cast<std::int32_t>(q[4]), q[5],

@@ -142,10 +142,10 @@ class Pipeline {
   /// This rank in the pipeline's group.
   int rank() const { return executor_->comm().rank(); }
   /// Whether this rank holds the first stage and takes the inputs (rank 0).
-  bool is_first() const { return rank() == rank_of(rows::placement, ranks, 0); }
+  bool is_first() const { return rank() == rows::placement.rank_of(0); }
   /// Whether this rank holds the last stage, takes the targets and computes the loss: the last
   /// rank, or rank 0 under a v-shaped schedule (ZeroBubbleV).
-  bool is_last() const { return rank() == rank_of(rows::placement, ranks, stages - 1); }
+  bool is_last() const { return rank() == rows::placement.rank_of(stages - 1); }
   /// The pipeline's group under its comm policy.
   const Communicator<Comm>& comm() const { return executor_->comm(); }
 
@@ -177,7 +177,7 @@ class Pipeline {
                           std::to_string(ranks) + ")" + fix);
     }
     const int rank = group.rank();
-    auto pieces = build_local_pieces<Stages>(model, rank, chunks_per_rank, rows::placement);
+    auto pieces = build_local_pieces<Stages>(model, rank, chunks_per_rank, &rows::placement);
 
     detail::ExecutorConfig config;
     config.pipeline_name = name();

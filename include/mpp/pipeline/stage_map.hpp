@@ -21,13 +21,13 @@ constexpr int header_tag(int from_stage) { return from_stage * 3 + 2; }
 
 /// The placement geometry seen from one rank.
 struct StageMap {
-  Placement placement = Placement::interleaved;
+  Placement placement{};
   int ranks = 1;   // P
   int stages = 1;  // P·V
   int rank = 0;
 
-  int stage_of(int chunk) const { return mpp::stage_of(placement, ranks, rank, chunk); }
-  int rank_of_stage(int stage) const { return mpp::rank_of(placement, ranks, stage); }
+  int stage_of(int chunk) const { return placement.stage_of(rank, chunk); }
+  int rank_of_stage(int stage) const { return placement.rank_of(stage); }
   bool is_first_stage(int chunk) const { return stage_of(chunk) == 0; }
   bool is_last_stage(int chunk) const { return stage_of(chunk) == stages - 1; }
   bool holds_first_stage() const { return rank_of_stage(0) == rank; }
@@ -42,7 +42,7 @@ struct StageMap {
   }
   /// The local chunk that holds the stage `step` away from `chunk`'s.
   int neighbour_chunk(int chunk, int step) const {
-    return mpp::chunk_of(placement, ranks, stage_of(chunk) + step);
+    return placement.chunk_of(stage_of(chunk) + step);
   }
   /// "stage 3 (rank 1)", for messages.
   std::string stage_text(int stage) const {

@@ -43,15 +43,21 @@ constexpr bool carries_activation(Op op) { return op == Op::SEND_F || op == Op::
 
 /// One step of a rank's table.
 /// `chunk` is the local model chunk on the rank; `stage` is the global stage it computes or
-/// communicates for, always `chunk * ranks + rank` (Megatron's interleaved placement; with one
-/// chunk per rank, stage == rank). `peer` is the other rank of a SEND/RECV, -1 for compute.
+/// communicates for, the table's placement's stage of (rank, chunk) (interleaved unless the table
+/// says otherwise). `peer` is the other rank of a SEND/RECV, -1 for compute.
 /// An Action whose micro_batch is negative is padding (lets hand-written rows differ in length).
 struct Action {
   Op op = Op::F;         ///< What the step does.
   int micro_batch = -1;  ///< Micro-batch index from 0; negative for padding.
   int chunk = 0;         ///< The rank's local model chunk, 0 .. chunks_per_rank - 1.
-  int stage = -1;        ///< Global stage, `chunk * ranks + rank`; -1 until the table is built.
+  int stage = -1;        ///< Global stage; -1 until the table is built (or named by hand).
   int peer = -1;         ///< The other rank of a SEND/RECV; -1 for compute.
+  /// True on an F that forms one OVERLAP_F_B pair with the backward (B or I) right after it
+  /// (DualPipeV's overlapped forward and backward), written `(aFm;bBn)OVERLAP_F_B` in the action
+  /// CSV. On one CPU stream the pair runs as its two actions in order and the verifier times it
+  /// as their sum; lowering sends the F's output before the backward runs, and so keeps the mark
+  /// only where no send comes between the two.
+  bool overlap_with_next = false;
 
   /// Field by field.
   friend constexpr bool operator==(const Action&, const Action&) = default;
@@ -64,6 +70,7 @@ struct Action {
 namespace actions {
 /// A forward of `micro_batch` on local `chunk`.
 constexpr Action F(int micro_batch, int chunk = 0) { return {Op::F, micro_batch, chunk, -1, -1}; }
+
 /// A full backward of `micro_batch` on local `chunk`.
 constexpr Action B(int micro_batch, int chunk = 0) { return {Op::B, micro_batch, chunk, -1, -1}; }
 /// The input-grad half of a split backward.
@@ -85,6 +92,18 @@ constexpr Action SEND_B(int micro_batch, int chunk = 0) {
 /// Receive the output grad from the next stage.
 constexpr Action RECV_B(int micro_batch, int chunk = 0) {
   return {Op::RECV_B, micro_batch, chunk, -1, -1};
+}
+/// `forward` (an F) paired with the backward written right after it: `overlapped(F(4)), B(1, 1)`
+/// is PyTorch's `(0F4;1B1)OVERLAP_F_B` on its rank.
+constexpr Action overlapped(Action forward) {
+  forward.overlap_with_next = true;
+  return forward;
+}
+/// `a` on global `stage`, as PyTorch's `<stage>F<mb>` names it: a table whose rows name their
+/// stages takes its placement from them (each rank's chunks are its stages in increasing order).
+constexpr Action on_stage(int stage, Action a) {
+  a.stage = stage;
+  return a;
 }
 }  // namespace actions
 

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "mpp/schedule/concepts.hpp"
+#include "mpp/schedule/dual_pipe_v.hpp"
 #include "mpp/schedule/gpipe.hpp"
 #include "mpp/schedule/interleaved_1f1b.hpp"
 #include "mpp/schedule/naive.hpp"
@@ -29,7 +30,8 @@ using builtin_schedules = std::tuple<
     OneFOneBFamily,
     Interleaved1F1BFamily,
     ZeroBubbleH1Family,
-    ZeroBubbleVFamily>;
+    ZeroBubbleVFamily,
+    DualPipeVFamily>;
 // clang-format on
 // [/builtin-schedules]
 

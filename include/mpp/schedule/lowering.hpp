@@ -88,6 +88,18 @@ constexpr void lower_in_order(ScheduleTable& out, const ScheduleTable& in, CommS
   }
 }
 
+/// Clears the OVERLAP_F_B mark of an F that a send now separates from its backward. On one CPU
+/// stream a pair runs as its two actions, and the F's output leaves right after the F rather
+/// than after the pair: the peer need not wait for the backward. The mark stays where the two
+/// are still adjacent.
+constexpr void unpair_separated(ScheduleTable& t) {
+  for (int r = 0; r < t.ranks; ++r)
+    for (int k = 0; k < t.length[r]; ++k)
+      if (t.actions[r][k].overlap_with_next &&
+          (k + 1 == t.length[r] || !is_backward(t.actions[r][k + 1].op)))
+        t.actions[r][k].overlap_with_next = false;
+}
+
 /// Scratch of the rendezvous lowering (see with_state).
 struct RendezvousState {
   static constexpr int never = 0x3fffffff;
@@ -234,12 +246,11 @@ constexpr void lower_into(ScheduleTable& out, const ScheduleTable& in, CommSeman
   }
   if (semantics == CommSemantics::buffered) {
     detail::lower_in_order(out, in, semantics, async_receive_lookahead);
-    return;
-  }
-  if (!detail::lower_rendezvous(out, in, costs)) {
+  } else if (!detail::lower_rendezvous(out, in, costs)) {
     // Not runnable at all: emit the textbook order so that the verifier names the broken rule.
     detail::lower_in_order(out, in, semantics, 0);
   }
+  detail::unpair_separated(out);
 }
 
 /// lower_into() returning a new table.

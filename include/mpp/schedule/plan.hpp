@@ -115,4 +115,17 @@ constexpr VerifyResult verify(int ranks, const Costs& costs = {}) {
   return out;
 }
 
+/// `static_assert(mpp::sound<mpp::verify<Sched>(P, mpp::CommSemantics::buffered)>)`: the same
+/// proof for a semantics named directly rather than through a comm policy (what a header written
+/// by `mpp-schedule --emit-cpp` asserts, with nothing but mpp/schedule.hpp included).
+template <schedule Sched>
+constexpr VerifyResult verify(int ranks, CommSemantics semantics, const Costs& costs = {}) {
+  VerifyResult out{};
+  ScheduleTable compute{};
+  table_into<Sched>(compute, ranks);
+  ScheduleTable lowered{};
+  detail::lower_and_verify(lowered, out, compute, semantics, costs);
+  return out;
+}
+
 }  // namespace mpp

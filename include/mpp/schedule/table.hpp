@@ -7,18 +7,10 @@
 #include "mpp/error.hpp"
 #include "mpp/schedule/action.hpp"
 #include "mpp/schedule/comm_semantics.hpp"
+#include "mpp/schedule/limits.hpp"
 #include "mpp/schedule/placement.hpp"
 
 namespace mpp {
-
-/// Capacity limits of a ScheduleTable (a table is a plain array so that it can be constexpr data).
-/// Beyond them a generator or make_plan() reports a ScheduleTable::error / throws ScheduleError.
-inline constexpr int max_ranks = 32;           ///< pipeline ranks P
-inline constexpr int max_chunks_per_rank = 8;  ///< V
-/// Compute and communication actions of one rank. The worst case is 7 * V * M actions (ZB-H1
-/// lowered: F, I, W and four comm ops), so any schedule with V * M <= 146 fits; 1F1B/GPipe
-/// lowered need 6 * V * M.
-inline constexpr int max_actions_per_rank = 1024;
 
 /// Thrown by run-time entry points when a schedule is rejected; the message names the rule
 /// and the fix, like the compile-time diagnostics.
@@ -29,13 +21,16 @@ struct ScheduleError : InvalidArgument {
 /// The actions of every rank of a pipeline, compute-only (what a schedule generates) or
 /// lowered (with SEND/RECV inserted for one comm semantics).
 ///
-/// Stage <-> rank map: `placement` (see Placement); by default stage = chunk * ranks + rank.
+/// Stage <-> rank map: `placement`, interleaved unless the generator or the rows chose another
+/// (init_table() sets it, and so does the first push() into a table that has none; a generator
+/// with its own layout replaces it after).
 struct ScheduleTable {
-  int ranks = 0;                                 ///< P
-  int micro_batches = 0;                         ///< M
-  int chunks_per_rank = 1;                       ///< V
-  Placement placement = Placement::interleaved;  ///< which rank holds which stage
-  bool lowered = false;                          ///< true once SEND/RECV are explicit (see lower())
+  int ranks = 0;            ///< P
+  int micro_batches = 0;    ///< M
+  int chunks_per_rank = 1;  ///< V
+  /// Which rank holds which stage, as which chunk; `ranks` 0 until the table is placed.
+  Placement placement{.ranks = 0};
+  bool lowered = false;  ///< true once SEND/RECV are explicit (see lower())
   CommSemantics semantics = CommSemantics::buffered;  ///< what the lowering ordered for
   FixedText error{};        ///< non-empty when the generator rejected its parameters
   int length[max_ranks]{};  ///< Actions in each rank's row.
@@ -47,13 +42,11 @@ struct ScheduleTable {
   /// Global stages, P * V.
   constexpr int stages() const { return ranks * chunks_per_rank; }
   /// The global stage of local `chunk` on `rank`.
-  constexpr int stage_of(int rank, int chunk) const {
-    return mpp::stage_of(placement, ranks, rank, chunk);
-  }
+  constexpr int stage_of(int rank, int chunk) const { return placement.stage_of(rank, chunk); }
   /// The rank that holds `stage`.
-  constexpr int rank_of(int stage) const { return mpp::rank_of(placement, ranks, stage); }
+  constexpr int rank_of(int stage) const { return placement.rank_of(stage); }
   /// The local chunk index of `stage` on its rank.
-  constexpr int chunk_of(int stage) const { return mpp::chunk_of(placement, ranks, stage); }
+  constexpr int chunk_of(int stage) const { return placement.chunk_of(stage); }
   /// The number of actions in `rank`'s row.
   constexpr int size(int rank) const { return length[rank]; }
   /// `rank`'s row, in execution order.
@@ -78,6 +71,7 @@ struct ScheduleTable {
             << ", V=" << chunks_per_rank << ")";
       return;
     }
+    if (placement.ranks == 0) placement = interleaved_placement(ranks, chunks_per_rank);
     if (a.stage < 0) a.stage = stage_of(rank, a.chunk);
     if (a.peer < 0 && is_comm(a.op)) {
       const bool towards_next = a.op == Op::SEND_F || a.op == Op::RECV_B;
@@ -119,6 +113,7 @@ constexpr void init_table(ScheduleTable& t, std::string_view schedule_name, int 
             << " actions per rank once lowered, more than mpp::max_actions_per_rank = "
             << max_actions_per_rank << "; lower M or V";
   }
+  if (t.ok()) t.placement = interleaved_placement(ranks, chunks_per_rank);
 }
 
 }  // namespace detail

@@ -16,6 +16,7 @@ enum class Rule {
   parameters,  ///< the generator rejected (P, M, V), or capacity exceeded
   stage_map,   ///< micro-batch/chunk in range and stage == the placement's stage of (rank, chunk)
   comm_endpoint,  ///< a SEND/RECV goes to the neighbouring stage's rank and exists there
+  overlap_pair,   ///< an OVERLAP_F_B mark is on an F whose next compute is a B or an I
   /// every (stage, mb): F once, backward once (B, or I then W), one send, one receive
   exactly_once,
   forward_before_backward,        ///< B/I(stage, mb) after F(stage, mb) on its rank
@@ -39,6 +40,8 @@ constexpr std::string_view to_string(Rule rule) {
       return "stage map";
     case Rule::comm_endpoint:
       return "comm endpoint";
+    case Rule::overlap_pair:
+      return "overlap pair";
     case Rule::exactly_once:
       return "exactly once";
     case Rule::forward_before_backward:
@@ -191,8 +194,19 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
       if (s != t.stage_of(r, a.chunk)) {
         reject(out, Rule::stage_map, r, k, a);
         out.message << "chunk " << a.chunk << " on rank " << r << " is stage "
-                    << t.stage_of(r, a.chunk) << " (" << to_string(t.placement) << " placement)";
+                    << t.stage_of(r, a.chunk) << " (placement: " << describe(t.placement).view()
+                    << ")";
         return false;
+      }
+      if (a.overlap_with_next) {
+        int next = k + 1;
+        while (next < n && is_comm(t.actions[r][next].op)) ++next;
+        if (a.op != Op::F || next == n || !is_backward(t.actions[r][next].op)) {
+          reject(out, Rule::overlap_pair, r, k, a);
+          out.message << "an OVERLAP_F_B pair is an F and the B or I computed right after it on "
+                         "the same rank; pair the F with a backward, or drop the mark";
+          return false;
+        }
       }
       const int id = s * M + mb;
       if (op >= static_cast<int>(Op::SEND_F)) {
@@ -586,6 +600,17 @@ constexpr void verify_into(VerifyResult& out, const ScheduleTable& t, CommSemant
   if (!t.ok()) {
     out.rule = Rule::parameters;
     out.message = t.error;
+    return;
+  }
+  if (t.placement.ranks != t.ranks || t.placement.chunks_per_rank != t.chunks_per_rank) {
+    out.rule = Rule::parameters;
+    out.message << "mpp: the table has " << t.ranks << " ranks of " << t.chunks_per_rank
+                << " chunks but ";
+    if (t.placement.ranks == 0)
+      out.message << "no placement; fill it with push() or set it (interleaved_placement)";
+    else
+      out.message << "its placement is for " << t.placement.ranks << " ranks of "
+                  << t.placement.chunks_per_rank << "; build the placement for the table's shape";
     return;
   }
   if (t.stages() * t.micro_batches > max_slots) {

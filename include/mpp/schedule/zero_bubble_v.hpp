@@ -60,7 +60,7 @@ constexpr void fill_zero_bubble_v(ScheduleTable& t) {
           const int k = st.next_input_grad[r][c];
           if (k >= m) continue;
           const int s = t.stage_of(r, c);
-          if (!done_by(st.forward_end[s][k])) continue;
+          if (s < 0 || !done_by(st.forward_end[s][k])) continue;
           if (s < stages - 1 && !done_by(st.input_grad_end[s + 1][k])) continue;
           if (chunk < 0 || k < mb) {
             op = Op::I;
@@ -74,8 +74,8 @@ constexpr void fill_zero_bubble_v(ScheduleTable& t) {
           chunk = entry / m;
           mb = entry % m;
         }
-        if (chunk < 0) continue;  // idle this step
-        const int s = t.stage_of(r, chunk);
+        const int s = chunk < 0 ? -1 : t.stage_of(r, chunk);
+        if (s < 0) continue;  // idle this step
         if (op == Op::F) {
           st.forward_end[s][mb] = step + 1;
           ++st.next_forward[r][chunk];
@@ -112,7 +112,7 @@ struct ZeroBubbleVFamily {
   static constexpr void generate(ScheduleTable& t, int ranks, int micro_batches, int) {
     t = ScheduleTable{};
     detail::init_table(t, name, ranks, micro_batches, 2, 7);
-    t.placement = Placement::v_shape;
+    t.placement = v_shape_placement(t.ranks, 2);
     if (t.ok()) detail::fill_zero_bubble_v(t);
   }
   /// Every P and M.

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "mpp/schedule/action.hpp"
-#include "mpp/schedule/placement.hpp"
 
 namespace mpp::trace {
 
@@ -70,14 +69,21 @@ struct Event {
 
 /// One rank's step: its events, how long it took, and what it held.
 struct RankTrace {
-  int rank = 0;                                  ///< The rank that recorded it.
-  Placement placement = Placement::interleaved;  ///< which stage each of its chunks is
+  int rank = 0;                   ///< The rank that recorded it.
+  std::vector<int> chunk_stages;  ///< the global stage of each of its chunks (its placement)
   double start_us = 0.0;      ///< the step's start on the machine's monotonic clock (aligns ranks)
   double step_us = 0.0;       ///< How long the step took on this rank, in microseconds.
   std::vector<Event> events;  ///< In the order they were recorded.
   std::int64_t peak_activation_bytes = 0;  ///< largest total of tensors kept for backward
   int peak_in_flight = 0;  ///< most micro-batches between F and their last backward op
 
+  /// The global stage of local `chunk` in a pipeline of `ranks` ranks: from chunk_stages, or
+  /// interleaved (chunk * ranks + rank) when the trace names no stages.
+  int stage_of(int chunk, int ranks) const {
+    return chunk >= 0 && chunk < static_cast<int>(chunk_stages.size())
+               ? chunk_stages[static_cast<std::size_t>(chunk)]
+               : chunk * ranks + rank;
+  }
   /// Time spent computing (forward, backward, I, W, recompute), in microseconds.
   double compute_us() const {
     double t = 0.0;

@@ -2,6 +2,7 @@
 // A rank's step recorder.
 #include <chrono>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "mpp/trace/event.hpp"
@@ -16,12 +17,12 @@ class Recorder {
   using clock = std::chrono::steady_clock;
 
   /// Starts a new step of `rank`, dropping the previous trace; `expected_events` reserves room
-  /// so that recording does not allocate.
-  void begin_step(int rank, std::size_t expected_events,
-                  Placement placement = Placement::interleaved) {
+  /// so that recording does not allocate. `chunk_stages` is the global stage of each of the
+  /// rank's chunks (empty: chunk c is stage c).
+  void begin_step(int rank, std::size_t expected_events, std::vector<int> chunk_stages = {}) {
     trace_ = RankTrace{};
     trace_.rank = rank;
-    trace_.placement = placement;
+    trace_.chunk_stages = std::move(chunk_stages);
     trace_.events.reserve(expected_events);
     start_ = clock::now();
     trace_.start_us = std::chrono::duration<double, std::micro>(start_.time_since_epoch()).count();

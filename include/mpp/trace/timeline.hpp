@@ -56,13 +56,12 @@ inline double message_latency_us(std::span<const RankTrace> traces) {
     for (const auto& wait : receiver.events) {
       if (wait.kind != EventKind::recv_wait || wait.peer < 0 || wait.peer >= P) continue;
       const bool forward = wait.op == Op::RECV_F;
-      const int stage = stage_of(receiver.placement, P, receiver.rank, wait.chunk);
+      const int stage = receiver.stage_of(wait.chunk, P);
       const int from_stage = forward ? stage - 1 : stage + 1;
       const auto& sender = traces[static_cast<std::size_t>(wait.peer)];
       for (const auto& send : sender.events) {
         if (send.kind != EventKind::send || send.op != (forward ? Op::SEND_F : Op::SEND_B) ||
-            send.micro_batch != wait.micro_batch ||
-            stage_of(sender.placement, P, sender.rank, send.chunk) != from_stage)
+            send.micro_batch != wait.micro_batch || sender.stage_of(send.chunk, P) != from_stage)
           continue;
         const double send_begin = sender.start_us + send.begin_us;
         const double send_end = sender.start_us + send.end_us;
@@ -135,7 +134,7 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
       if (k == 1 || k == 2) recompute_pending = 0.0;
       sums[k] += us;
       ++counts[k];
-      const auto stage = static_cast<std::size_t>(stage_of(t.placement, f.ranks, t.rank, e.chunk));
+      const auto stage = static_cast<std::size_t>(t.stage_of(e.chunk, f.ranks));
       if (stage >= stage_sums.size()) {
         stage_sums.resize(stage + 1, {0, 0, 0, 0});
         stage_counts.resize(stage + 1, {0, 0, 0, 0});
@@ -229,7 +228,7 @@ inline std::vector<TimedEvent> timed_events(std::span<const RankTrace> traces, b
       te.op = e.op;
       te.micro_batch = e.micro_batch;
       te.chunk = e.chunk;
-      te.stage = stage_of(t.placement, static_cast<int>(traces.size()), t.rank, e.chunk);
+      te.stage = t.stage_of(e.chunk, static_cast<int>(traces.size()));
       out.push_back(te);
     }
   }

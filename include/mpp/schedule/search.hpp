@@ -1,0 +1,291 @@
+#pragma once
+// Schedule search: from per-stage costs (measured or given) and a cap on activation memory, a
+// compute table that the verifier proves and that minimises the predicted step time, with the
+// lower bound it is compared with.
+//
+// The method is list scheduling, as the Zero Bubble paper's automatic scheduler does, repeated
+// over a small space of policies. Each candidate replays the pipeline in time under the costs: a
+// rank that is free takes, by the candidate's priorities, a forward whose input is there (while
+// it is below its warm-up limit and its cap on activations), the input grad (I) of its oldest
+// micro-batch whose output grad is there, or a pending weight grad (W), which fills what would
+// otherwise be idle time. The candidates differ in how far each rank runs forwards ahead of its
+// input grads (flat or falling by one per rank as 1F1B's), in whether a ready I goes before a ready
+// forward, and in whether a W may wait while nothing else is ready. Every candidate is verified
+// under the costs; the shortest sound one wins. Deterministic, and a few milliseconds per candidate
+// for P <= 8, M <= 32.
+#include <string_view>
+
+#include "mpp/schedule/cost_model.hpp"
+#include "mpp/schedule/lowering.hpp"
+#include "mpp/schedule/table.hpp"
+#include "mpp/schedule/verify.hpp"
+
+namespace mpp {
+
+/// What to search for.
+struct SearchSpec {
+  int ranks = 4;          ///< P
+  int micro_batches = 8;  ///< M
+  /// Where the stages live; unplaced (ranks 0): interleaved with one chunk per rank.
+  Placement placement{.ranks = 0};
+  /// The cap on activations a rank holds (chunk activations, forwarded and not yet through their
+  /// weight grad): 1F1B's peak is P for one chunk per rank, 2P for two. 0: no cap.
+  int max_in_flight = 0;
+  bool split_backward = true;  ///< I and W (zero-bubble style), or full backwards B only
+  Costs costs{};               ///< per-op and per-stage durations, and the cost of a message
+  CommSemantics semantics = CommSemantics::buffered;  ///< what the figures are predicted for
+};
+
+/// What the search found. `table` is compute-only (lower it for a comm policy, or run it as
+/// `Custom` rows through `to_cpp_header`); `figures` are the verifier's under the spec's costs.
+struct SearchResult {
+  ScheduleTable table{};   ///< the best sound table found
+  VerifyResult figures{};  ///< its makespan, bubble and peak per rank, lowered for the semantics
+  /// A step cannot be shorter: the busiest rank's compute plus the forwards (and messages) before
+  /// its first stage can start.
+  int lower_bound = 0;
+  int candidates = 0;  ///< the tables tried
+  FixedText error{};   ///< non-empty when the spec is refused or no candidate is sound
+
+  /// True when a sound table was found.
+  constexpr bool ok() const { return error.empty() && figures.ok; }
+  /// How far the makespan is above the lower bound, as a fraction of the bound.
+  constexpr double gap() const {
+    return lower_bound > 0 ? static_cast<double>(figures.makespan - lower_bound) / lower_bound
+                           : 0.0;
+  }
+};
+
+namespace detail {
+
+/// One candidate's knobs (see the file comment).
+struct SearchPolicy {
+  /// How many forwards rank 0 runs ahead of its input grads (flat: every rank the same).
+  int limit = 1;
+  bool falling = false;            ///< rank r runs limit + (P - 1 - r) ahead, as 1F1B's warm-up
+  bool input_grad_first = true;    ///< a ready I goes before a ready forward
+  bool weight_grad_waits = false;  ///< a W runs only when nothing else can start before it ends
+};
+
+/// The replay's scratch, one int per (stage * M + mb) (times + 1; 0: not yet).
+struct SearchState {
+  int forward_end[max_slots];
+  int input_grad_end[max_slots];
+  int next_forward[max_stages], next_input_grad[max_stages];
+  int clock[max_ranks], limit[max_ranks];
+  int in_flight[max_ranks];  // forwarded, weight grad not yet done: the memory the cap bounds
+  int open[max_ranks];       // forwarded, input grad not yet done: what the warm-up limit bounds
+  int waiting[max_ranks];    // 1: nothing can start until another rank moves
+  int pending_w[max_ranks][max_actions_per_rank];  // stage * M + mb of each I whose W is to come
+  int pending_head[max_ranks], pending_tail[max_ranks];
+};
+
+/// The time `stage`'s input (forward) or output grad (backward) is there for micro-batch `mb`, or
+/// -1 when the action it waits for has not run.
+constexpr int arrival(const ScheduleTable& t, const SearchState& st, const Costs& costs, int stage,
+                      int mb, bool forward) {
+  const int M = t.micro_batches, S = t.stages();
+  const int from = forward ? stage - 1 : stage + 1;
+  if (from < 0 || from >= S) return 0;
+  const int end = forward ? st.forward_end[from * M + mb] : st.input_grad_end[from * M + mb];
+  if (end == 0) return -1;
+  return end - 1 + (t.rank_of(from) == t.rank_of(stage) ? 0 : costs.comm);
+}
+
+/// Replays one candidate into `t` (compute-only, placed). False if it cannot finish (a limit that
+/// leaves no forward to run while nothing else can: the candidate is dropped).
+constexpr bool list_schedule(ScheduleTable& t, const SearchSpec& spec, const SearchPolicy& policy,
+                             SearchState& st) {
+  const int P = t.ranks, M = t.micro_batches, V = t.chunks_per_rank, S = t.stages();
+  const Costs& costs = spec.costs;
+  for (int r = 0; r < P; ++r) {
+    const int limit = policy.limit + (policy.falling ? P - 1 - r : 0);
+    st.limit[r] = limit < 1 ? 1 : limit;
+  }
+  const bool split = spec.split_backward;
+  int remaining = S * M * (split ? 3 : 2);
+  constexpr int never = 0x3fffffff;
+  while (remaining > 0) {
+    // The rank that is free first, has work left and is not waiting for another rank.
+    int r = -1;
+    for (int q = 0; q < P; ++q)
+      if (t.length[q] < V * M * (split ? 3 : 2) && st.waiting[q] == 0 &&
+          (r < 0 || st.clock[q] < st.clock[r]))
+        r = q;
+    if (r < 0) return false;  // every rank with work waits for another: this limit cannot run
+    const int now = st.clock[r];
+    // Candidates: their start times (never: not ready, or not allowed).
+    int f_stage = -1, f_start = never, i_stage = -1, i_start = never;
+    for (int c = V - 1; c >= 0; --c) {  // the deeper chunk first on a tie
+      const int s = t.stage_of(r, c);
+      if (st.next_forward[s] < M && st.open[r] < st.limit[r] &&
+          (spec.max_in_flight == 0 || st.in_flight[r] < spec.max_in_flight)) {
+        const int at = arrival(t, st, costs, s, st.next_forward[s], true);
+        if (at >= 0 && (at > now ? at : now) < f_start) {
+          f_start = at > now ? at : now;
+          f_stage = s;
+        }
+      }
+      const int k = st.next_input_grad[s];
+      if (k < M && st.forward_end[s * M + k] != 0) {
+        const int at = arrival(t, st, costs, s, k, false);
+        const int ready =
+            at < 0 ? -1 : (at > st.forward_end[s * M + k] - 1 ? at : st.forward_end[s * M + k] - 1);
+        if (ready >= 0 && (ready > now ? ready : now) < i_start) {
+          i_start = ready > now ? ready : now;
+          i_stage = s;
+        }
+      }
+    }
+    const bool has_w = split && st.pending_head[r] < st.pending_tail[r];
+    Op op = Op::F;
+    int stage = -1, start = never;
+    const bool f_now = f_start == now, i_now = i_start == now;
+    if (f_now && i_now) {
+      op = policy.input_grad_first ? (split ? Op::I : Op::B) : Op::F;
+      stage = policy.input_grad_first ? i_stage : f_stage;
+      start = now;
+    } else if (i_now) {
+      op = split ? Op::I : Op::B;
+      stage = i_stage;
+      start = now;
+    } else if (f_now) {
+      op = Op::F;
+      stage = f_stage;
+      start = now;
+    } else if (has_w) {
+      const int id = st.pending_w[r][st.pending_head[r]];
+      const int w_end = now + costs.of(Op::W, id / M);
+      const int next = f_start < i_start ? f_start : i_start;
+      if (!policy.weight_grad_waits || w_end <= next || next == never) {
+        op = Op::W;
+        stage = id / M;
+        start = now;
+      }
+    }
+    if (stage < 0) {
+      // Nothing to start now: move to the first input known to come; else run a held-back W;
+      // else wait until another rank has moved.
+      const int next = f_start < i_start ? f_start : i_start;
+      if (next != never) {
+        st.clock[r] = next;
+        continue;
+      }
+      if (!has_w) {
+        st.waiting[r] = 1;
+        continue;
+      }
+      op = Op::W;
+      stage = st.pending_w[r][st.pending_head[r]] / M;
+      start = now;
+    }
+    const int chunk = t.chunk_of(stage);
+    int mb = 0;
+    const int end = start + costs.of(op, stage);
+    if (op == Op::F) {
+      mb = st.next_forward[stage]++;
+      st.forward_end[stage * M + mb] = end + 1;
+      ++st.in_flight[r];
+      ++st.open[r];
+    } else if (op == Op::W) {
+      const int id = st.pending_w[r][st.pending_head[r]++];
+      mb = id % M;
+      --st.in_flight[r];
+    } else {
+      mb = st.next_input_grad[stage]++;
+      st.input_grad_end[stage * M + mb] = end + 1;
+      --st.open[r];
+      if (op == Op::I)
+        st.pending_w[r][st.pending_tail[r]++] = stage * M + mb;
+      else
+        --st.in_flight[r];
+    }
+    emit(t, r, op, mb, chunk);
+    st.clock[r] = end;
+    for (int q = 0; q < P; ++q) st.waiting[q] = 0;
+    --remaining;
+  }
+  return true;
+}
+
+/// The lower bound of SearchResult.
+constexpr int search_lower_bound(const ScheduleTable& t, const Costs& costs, bool split) {
+  const int P = t.ranks, M = t.micro_batches, V = t.chunks_per_rank;
+  int bound = 0;
+  for (int r = 0; r < P; ++r) {
+    int busy = 0, head = 0x3fffffff;
+    for (int c = 0; c < V; ++c) {
+      const int s = t.stage_of(r, c);
+      busy += M * (costs.of(Op::F, s) +
+                   (split ? costs.of(Op::I, s) + costs.of(Op::W, s) : costs.of(Op::B, s)));
+      int reach = 0;  // the first forward's input reaches stage s
+      for (int q = 0; q < s; ++q)
+        reach += costs.of(Op::F, q) + (t.rank_of(q) != t.rank_of(q + 1) ? costs.comm : 0);
+      head = reach < head ? reach : head;
+    }
+    bound = head + busy > bound ? head + busy : bound;
+  }
+  return bound;
+}
+
+}  // namespace detail
+
+/// Searches in place (a result holds a table: keep it off the stack at run time, e.g.
+/// `auto r = std::make_unique<mpp::SearchResult>(); mpp::search_into(*r, spec);`).
+constexpr void search_into(SearchResult& out, const SearchSpec& spec) {
+  out = SearchResult{};
+  const Placement placement =
+      spec.placement.ranks == 0 ? interleaved_placement(spec.ranks, 1) : spec.placement;
+  const int V = placement.ranks == 0 ? 1 : placement.chunks_per_rank;
+  ScheduleTable probe{};
+  detail::init_table(probe, "the search", spec.ranks, spec.micro_batches, V,
+                     spec.split_backward ? 7 : 6);
+  if (!probe.ok()) {
+    out.error = probe.error;
+    return;
+  }
+  if (placement.ranks != spec.ranks) {
+    out.error << "mpp: the search's placement is for " << placement.ranks << " ranks, not "
+              << spec.ranks;
+    return;
+  }
+  if (spec.max_in_flight < 0) {
+    out.error << "mpp: the search's cap on activations must be >= 1 (or 0 for none), not "
+              << spec.max_in_flight;
+    return;
+  }
+  probe.placement = placement;
+  out.lower_bound = detail::search_lower_bound(probe, spec.costs, spec.split_backward);
+  const int cap = spec.max_in_flight > 0 ? spec.max_in_flight : spec.micro_batches * V;
+  const int deepest = spec.micro_batches * V;  // a warm-up deeper than this changes nothing
+  ScheduleTable candidate{};
+  ScheduleTable lowered{};
+  VerifyResult figures{};
+  bool found = false;
+  for (int limit = 1; limit <= deepest; ++limit)
+    for (int shape = 0; shape < 8; ++shape) {
+      const detail::SearchPolicy policy{limit, (shape & 1) != 0, (shape & 2) == 0,
+                                        (shape & 4) != 0};
+      candidate = probe;
+      const bool finished = detail::with_state<detail::SearchState>([&](detail::SearchState& st) {
+        return detail::list_schedule(candidate, spec, policy, st);
+      });
+      ++out.candidates;
+      if (!finished) continue;
+      lower_into(lowered, candidate, spec.semantics, spec.costs);
+      detail::verify_into(figures, lowered, spec.semantics, spec.costs, nullptr);
+      if (!figures.ok) continue;
+      if (spec.max_in_flight > 0 && figures.max_peak_in_flight() > spec.max_in_flight) continue;
+      if (!found || figures.makespan < out.figures.makespan) {
+        found = true;
+        out.figures = figures;
+        out.table = candidate;
+      }
+    }
+  if (!found)
+    out.error << "mpp: no schedule of " << spec.ranks << " ranks and " << spec.micro_batches
+              << " micro-batches fits within " << cap
+              << " activations per rank; raise the cap (1F1B needs " << spec.ranks * V << ")";
+}
+
+}  // namespace mpp
