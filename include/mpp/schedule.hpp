@@ -28,4 +28,5 @@
 #include "mpp/schedule/timed_event.hpp"
 #include "mpp/schedule/verify.hpp"
 #include "mpp/schedule/zero_bubble_h1.hpp"
+#include "mpp/schedule/zero_bubble_h2.hpp"
 #include "mpp/schedule/zero_bubble_v.hpp"

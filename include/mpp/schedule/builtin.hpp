@@ -16,6 +16,7 @@
 #include "mpp/schedule/one_f_one_b.hpp"
 #include "mpp/schedule/table.hpp"
 #include "mpp/schedule/zero_bubble_h1.hpp"
+#include "mpp/schedule/zero_bubble_h2.hpp"
 #include "mpp/schedule/zero_bubble_v.hpp"
 
 namespace mpp {
@@ -29,6 +30,7 @@ using builtin_schedules = std::tuple<
     OneFOneBFamily,
     Interleaved1F1BFamily,
     ZeroBubbleH1Family,
+    ZeroBubbleH2Family,
     ZeroBubbleVFamily>;
 // clang-format on
 // [/builtin-schedules]

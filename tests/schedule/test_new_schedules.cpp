@@ -1,0 +1,72 @@
+// The schedules of the zero-bubble papers beyond ZB-H1 and ZB-V: their figures on P = 4, M = 8
+// at compile time, against the papers and against 1F1B, and each family's own figures over a
+// grid at run time (the static grid proves the same at compile time, but takes minutes).
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <string_view>
+
+#include "mpp/comm/policy.hpp"
+#include "mpp/schedule.hpp"
+
+using namespace mpp;
+
+namespace {
+
+// 1F1B on P = 4, M = 8, unit costs: the reference the new schedules are compared with.
+constexpr VerifyResult one_f_one_b = verify<OneFOneB<8>, Async<Gloo>>(4);
+static_assert(one_f_one_b.makespan == 33);
+static_assert(one_f_one_b.peak_in_flight[0] == 4 && one_f_one_b.peak_in_flight[3] == 1);
+
+// ZB-H2 (Zero Bubble paper, Table 2: bubble (P-1)(T_F + T_I - 2 T_W) = 0, memory (2P-1) M_B).
+constexpr VerifyResult zb_h2_async = verify<ZeroBubbleH2<8>, Async<Gloo>>(4);
+constexpr VerifyResult zb_h2_blocking = verify<ZeroBubbleH2<8>, Blocking<Gloo>>(4);
+static_assert(sound<zb_h2_async> && sound<zb_h2_blocking>);
+static_assert(zb_h2_async.makespan == 27 && zb_h2_blocking.makespan == 27);  // 3M + P - 1
+constexpr bool zb_h2_figures(const VerifyResult& r) {
+  for (int rank = 0; rank < 4; ++rank) {
+    // Rank r works without a pause from step r to step r + 3M: the parallelogram.
+    if (r.first_start[rank] != rank || r.finish[rank] != rank + 24) return false;
+    if (r.span_idle(rank) != 0) return false;
+    if (r.peak_in_flight[rank] != 7) return false;  // 2P - 1
+  }
+  return true;
+}
+static_assert(zb_h2_figures(zb_h2_async) && zb_h2_figures(zb_h2_blocking));
+// Against 1F1B: 2P - 1 = 7 micro-batches on rank 0 where 1F1B holds P = 4, and the same step
+// as ZB-H1, whose ranks each idle P - 1 = 3 within it.
+static_assert(zb_h2_async.peak_in_flight[0] == 2 * one_f_one_b.peak_in_flight[0] - 1);
+static_assert(verify<ZeroBubbleH1<8>, Async<Gloo>>(4).makespan == zb_h2_async.makespan);
+static_assert(verify<ZeroBubbleH1<8>, Async<Gloo>>(4).span_idle(0) == 3);
+// Too few micro-batches to fill the warm-up (M < 2P - 1): rank 0 idles 2P - 1 - M.
+static_assert(verify<ZeroBubbleH2<5>, Async<Gloo>>(4).span_idle(0) == 2);
+
+std::unique_ptr<Plan> plan_of(std::string_view kind, int p, int m, CommSemantics sem) {
+  auto compute = std::make_unique<ScheduleTable>();
+  generate_into(*compute, ScheduleSpec{kind, m, 2}, p);
+  auto plan = std::make_unique<Plan>();
+  plan_into(*plan, *compute, sem);
+  return plan;
+}
+
+/// Every P <= 8 and M <= 32 under both comm semantics: sound, with the family's figures.
+template <class Family>
+void check_grid() {
+  for (int sem = 0; sem < 2; ++sem)
+    for (int p = 1; p <= 8; ++p)
+      for (int m = 1; m <= 32; ++m) {
+        CAPTURE(sem);
+        CAPTURE(p);
+        CAPTURE(m);
+        if (!Family::accepts(p, m, Family::fixed_chunks)) continue;
+        const auto plan = plan_of(Family::spellings[0], p, m, CommSemantics(sem));
+        REQUIRE_MESSAGE(plan->figures.ok, plan->figures.message.view());
+        CHECK(Family::matches_literature(plan->figures, p, m, Family::fixed_chunks));
+      }
+}
+
+}  // namespace
+
+TEST_CASE("ZB-H2: sound, zero bubble within each rank's step, 2P - 1 in flight, P <= 8, M <= 32") {
+  check_grid<ZeroBubbleH2Family>();
+}
