@@ -41,6 +41,24 @@ static_assert(verify<ZeroBubbleH1<8>, Async<Gloo>>(4).span_idle(0) == 3);
 // Too few micro-batches to fill the warm-up (M < 2P - 1): rank 0 idles 2P - 1 - M.
 static_assert(verify<ZeroBubbleH2<5>, Async<Gloo>>(4).span_idle(0) == 2);
 
+// V-Half (Controllable Memory paper's table: (P + 2) // 2 = 3 micro-batches of activations,
+// bubble about P / (2M) of the compute), in chunk units: 1F1B's step is 6 (M + P - 1) = 66 and
+// its rank 0 holds P stages = 8 chunk activations.
+constexpr VerifyResult v_half_async = verify<VHalf<8>, Async<Gloo>>(4);
+constexpr VerifyResult v_half_blocking = verify<VHalf<8>, Blocking<Gloo>>(4);
+static_assert(sound<v_half_async> && sound<v_half_blocking>);
+constexpr bool v_half_figures(const VerifyResult& r) {
+  if (r.makespan != 57) return false;  // 6M + 3P - 3
+  for (int rank = 0; rank < 4; ++rank)
+    if (r.peak_in_flight[rank] != 6) return false;  // 2 * 3 chunks: 3/4 of 1F1B's rank 0
+  // Idle within each rank's step: 9 7 5 4, at most 3P = 12 (P / (2M) of the 6M of compute).
+  return r.span_idle(0) == 9 && r.span_idle(1) == 7 && r.span_idle(2) == 5 && r.span_idle(3) == 4;
+}
+static_assert(v_half_figures(v_half_async) && v_half_figures(v_half_blocking));
+// At P = 8 the saving reaches about half: 10 chunk activations where 1F1B holds 16.
+static_assert(verify<VHalf<16>, Async<Gloo>>(8).max_peak_in_flight() == 10);
+static_assert(2 * verify<OneFOneB<16>, Async<Gloo>>(8).max_peak_in_flight() == 16);
+
 std::unique_ptr<Plan> plan_of(std::string_view kind, int p, int m, CommSemantics sem) {
   auto compute = std::make_unique<ScheduleTable>();
   generate_into(*compute, ScheduleSpec{kind, m, 2}, p);
@@ -69,4 +87,8 @@ void check_grid() {
 
 TEST_CASE("ZB-H2: sound, zero bubble within each rank's step, 2P - 1 in flight, P <= 8, M <= 32") {
   check_grid<ZeroBubbleH2Family>();
+}
+
+TEST_CASE("V-Half: sound, (P + 2) // 2 stages of memory, bubble <= P / (2M), P <= 8, M <= 32") {
+  check_grid<VHalfFamily>();
 }

@@ -15,6 +15,7 @@
 #include "mpp/schedule/naive.hpp"
 #include "mpp/schedule/one_f_one_b.hpp"
 #include "mpp/schedule/table.hpp"
+#include "mpp/schedule/v_half.hpp"
 #include "mpp/schedule/zero_bubble_h1.hpp"
 #include "mpp/schedule/zero_bubble_h2.hpp"
 #include "mpp/schedule/zero_bubble_v.hpp"
@@ -31,7 +32,8 @@ using builtin_schedules = std::tuple<
     Interleaved1F1BFamily,
     ZeroBubbleH1Family,
     ZeroBubbleH2Family,
-    ZeroBubbleVFamily>;
+    ZeroBubbleVFamily,
+    VHalfFamily>;
 // clang-format on
 // [/builtin-schedules]
 
