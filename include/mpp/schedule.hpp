@@ -27,6 +27,7 @@
 #include "mpp/schedule/table.hpp"
 #include "mpp/schedule/timed_event.hpp"
 #include "mpp/schedule/v_half.hpp"
+#include "mpp/schedule/v_min.hpp"
 #include "mpp/schedule/v_shape_block.hpp"
 #include "mpp/schedule/verify.hpp"
 #include "mpp/schedule/zero_bubble_h1.hpp"

@@ -59,6 +59,25 @@ static_assert(v_half_figures(v_half_async) && v_half_figures(v_half_blocking));
 static_assert(verify<VHalf<16>, Async<Gloo>>(8).max_peak_in_flight() == 10);
 static_assert(2 * verify<OneFOneB<16>, Async<Gloo>>(8).max_peak_in_flight() == 16);
 
+// V-Min (Controllable Memory paper's table: (P + 4) // 3 = 2 micro-batches of activations,
+// bubble about 2P / (3M) of the compute), in chunk units as above.
+constexpr VerifyResult v_min_async = verify<VMin<8>, Async<Gloo>>(4);
+constexpr VerifyResult v_min_blocking = verify<VMin<8>, Blocking<Gloo>>(4);
+static_assert(sound<v_min_async> && sound<v_min_blocking>);
+constexpr bool v_min_figures(const VerifyResult& r) {
+  if (r.makespan != 59) return false;  // 6M + 4P - 5
+  for (int rank = 0; rank < 4; ++rank)
+    if (r.peak_in_flight[rank] != 4) return false;  // 2 * 2 chunks: half of 1F1B's rank 0
+  // Idle within each rank's step: 11 9 7 6, below 4P = 16 (2P / (3M) of the 6M of compute).
+  return r.span_idle(0) == 11 && r.span_idle(1) == 9 && r.span_idle(2) == 7 && r.span_idle(3) == 6;
+}
+static_assert(v_min_figures(v_min_async) && v_min_figures(v_min_blocking));
+// At P = 8: 8 chunk activations where 1F1B holds 16 and V-Half 10; at P = 6 (3 divides P): 6
+// chunk activations where 1F1B holds 12.
+static_assert(verify<VMin<16>, Async<Gloo>>(8).max_peak_in_flight() == 8);
+static_assert(verify<VMin<12>, Blocking<Gloo>>(6).max_peak_in_flight() == 6);
+static_assert(verify<VMin<12>, Blocking<Gloo>>(6).makespan == 6 * 12 + 4 * 6 - 3);
+
 std::unique_ptr<Plan> plan_of(std::string_view kind, int p, int m, CommSemantics sem) {
   auto compute = std::make_unique<ScheduleTable>();
   generate_into(*compute, ScheduleSpec{kind, m, 2}, p);
@@ -91,4 +110,8 @@ TEST_CASE("ZB-H2: sound, zero bubble within each rank's step, 2P - 1 in flight, 
 
 TEST_CASE("V-Half: sound, (P + 2) // 2 stages of memory, bubble <= P / (2M), P <= 8, M <= 32") {
   check_grid<VHalfFamily>();
+}
+
+TEST_CASE("V-Min: sound, (P + 4) // 3 stages of memory, bubble < 2P / (3M), P <= 8, M <= 32") {
+  check_grid<VMinFamily>();
 }

@@ -16,6 +16,7 @@
 #include "mpp/schedule/one_f_one_b.hpp"
 #include "mpp/schedule/table.hpp"
 #include "mpp/schedule/v_half.hpp"
+#include "mpp/schedule/v_min.hpp"
 #include "mpp/schedule/zero_bubble_h1.hpp"
 #include "mpp/schedule/zero_bubble_h2.hpp"
 #include "mpp/schedule/zero_bubble_v.hpp"
@@ -33,7 +34,8 @@ using builtin_schedules = std::tuple<
     ZeroBubbleH1Family,
     ZeroBubbleH2Family,
     ZeroBubbleVFamily,
-    VHalfFamily>;
+    VHalfFamily,
+    VMinFamily>;
 // clang-format on
 // [/builtin-schedules]
 
