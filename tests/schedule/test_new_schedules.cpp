@@ -78,6 +78,39 @@ static_assert(verify<VMin<16>, Async<Gloo>>(8).max_peak_in_flight() == 8);
 static_assert(verify<VMin<12>, Blocking<Gloo>>(6).max_peak_in_flight() == 6);
 static_assert(verify<VMin<12>, Blocking<Gloo>>(6).makespan == 6 * 12 + 4 * 6 - 3);
 
+// V-ZB (Controllable Memory paper's table: P = 4 micro-batches of activations, as 1F1B; bubble
+// 0), in chunk units as above.
+constexpr VerifyResult v_zb_async = verify<VZeroBubble<8>, Async<Gloo>>(4);
+constexpr VerifyResult v_zb_blocking = verify<VZeroBubble<8>, Blocking<Gloo>>(4);
+static_assert(sound<v_zb_async> && sound<v_zb_blocking>);
+constexpr bool v_zb_figures(const VerifyResult& r) {
+  if (r.makespan != 51) return false;  // 6M + P - 1: 15 less than 1F1B's 66
+  for (int rank = 0; rank < 4; ++rank)
+    if (r.peak_in_flight[rank] != 8) return false;  // 2P chunks: 1F1B's rank 0
+  // Not exactly zero within each rank's step: 3 1 0 0.
+  return r.span_idle(0) == 3 && r.span_idle(1) == 1 && r.span_idle(2) == 0 && r.span_idle(3) == 0;
+}
+static_assert(v_zb_figures(v_zb_async) && v_zb_figures(v_zb_blocking));
+// The memory ladder of the V family on P = 4, M = 8 (chunk activations, rank 0's peak):
+// V-Min 4 < V-Half 6 < V-ZB 8 = 1F1B; and the steps the other way: 59 > 57 > 51.
+static_assert(v_min_async.max_peak_in_flight() < v_half_async.max_peak_in_flight() &&
+              v_half_async.max_peak_in_flight() < v_zb_async.max_peak_in_flight());
+static_assert(v_min_async.makespan > v_half_async.makespan &&
+              v_half_async.makespan > v_zb_async.makespan);
+
+/// True if two compute tables list the same actions on every rank.
+constexpr bool same_rows(const ScheduleTable& a, const ScheduleTable& b) {
+  if (a.ranks != b.ranks) return false;
+  for (int r = 0; r < a.ranks; ++r) {
+    if (a.length[r] != b.length[r]) return false;
+    for (int k = 0; k < a.length[r]; ++k)
+      if (a.actions[r][k] != b.actions[r][k]) return false;
+  }
+  return true;
+}
+// V-ZB is the schedule mpp generates as ZB-V (its header says why).
+static_assert(same_rows(VZeroBubble<8>::table(4), ZeroBubbleV<8>::table(4)));
+
 std::unique_ptr<Plan> plan_of(std::string_view kind, int p, int m, CommSemantics sem) {
   auto compute = std::make_unique<ScheduleTable>();
   generate_into(*compute, ScheduleSpec{kind, m, 2}, p);
@@ -114,4 +147,8 @@ TEST_CASE("V-Half: sound, (P + 2) // 2 stages of memory, bubble <= P / (2M), P <
 
 TEST_CASE("V-Min: sound, (P + 4) // 3 stages of memory, bubble < 2P / (3M), P <= 8, M <= 32") {
   check_grid<VMinFamily>();
+}
+
+TEST_CASE("V-ZB: sound, 2P chunk activations, step 6M + P - 1, P <= 8, M <= 32") {
+  check_grid<VZeroBubbleFamily>();
 }

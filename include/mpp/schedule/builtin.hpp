@@ -17,6 +17,7 @@
 #include "mpp/schedule/table.hpp"
 #include "mpp/schedule/v_half.hpp"
 #include "mpp/schedule/v_min.hpp"
+#include "mpp/schedule/v_zero_bubble.hpp"
 #include "mpp/schedule/zero_bubble_h1.hpp"
 #include "mpp/schedule/zero_bubble_h2.hpp"
 #include "mpp/schedule/zero_bubble_v.hpp"
@@ -35,7 +36,8 @@ using builtin_schedules = std::tuple<
     ZeroBubbleH2Family,
     ZeroBubbleVFamily,
     VHalfFamily,
-    VMinFamily>;
+    VMinFamily,
+    VZeroBubbleFamily>;
 // clang-format on
 // [/builtin-schedules]
 
