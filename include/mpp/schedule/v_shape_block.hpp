@@ -21,8 +21,8 @@ struct VShapeBlock {
 struct VShapeBlockState {
   static constexpr int max_micro_batches = max_actions_per_rank / 14;  // 7 actions x 2 chunks
   static constexpr int per_rank = 4 * max_micro_batches;               // F and I of both chunks
-  Action order[max_ranks][per_rank];  // each rank's F and I in the block's order
-  int next[max_ranks];                // the next entry of `order` to run
+  Action order[max_ranks][per_rank];                     // each rank's F and I in the block's order
+  int next[max_ranks];                                   // the next entry of `order` to run
   int forward_end[2 * max_ranks][max_micro_batches];     // step + 1 when F(stage, mb) is done
   int input_grad_end[2 * max_ranks][max_micro_batches];  // step + 1 when I(stage, mb) is done
   int pending_w[max_ranks][2 * max_micro_batches];       // chunk * M + mb of each I whose W waits
@@ -49,8 +49,7 @@ constexpr void fill_v_shape_block(ScheduleTable& t, const VShapeBlock& block) {
     // 1. The block repeated: walk the steps in order, and take the pass (if any) at each.
     for (int r = 0; r < p; ++r) {
       int count = 0, last = 0;
-      for (int j = 0; j < 4; ++j)
-        last = block.offset[r][j] > last ? block.offset[r][j] : last;
+      for (int j = 0; j < 4; ++j) last = block.offset[r][j] > last ? block.offset[r][j] : last;
       last += 6 * (m - 1);
       for (int step = 0; step <= last && count < 4 * m; ++step)
         for (int j = 0; j < 4; ++j) {
