@@ -111,6 +111,14 @@ constexpr bool same_rows(const ScheduleTable& a, const ScheduleTable& b) {
 // V-ZB is the schedule mpp generates as ZB-V (its header says why).
 static_assert(same_rows(VZeroBubble<8>::table(4), ZeroBubbleV<8>::table(4)));
 
+// The list names them, so mpp-schedule --list and the run-time choice by name see them.
+constexpr bool listed(std::string_view name) {
+  return builtin_schedule_names().view().find(name) != std::string_view::npos;
+}
+static_assert(listed("zb-h2") && listed("v-half") && listed("v-min") && listed("v-zb"));
+static_assert(generate(ScheduleSpec{"v-half", 8, 2}, 4).ok() &&
+              generate(ScheduleSpec{"VMin", 8, 2}, 4).placement == Placement::v_shape);
+
 std::unique_ptr<Plan> plan_of(std::string_view kind, int p, int m, CommSemantics sem) {
   auto compute = std::make_unique<ScheduleTable>();
   generate_into(*compute, ScheduleSpec{kind, m, 2}, p);
