@@ -33,8 +33,8 @@ constexpr bool zb_h2_figures(const VerifyResult& r) {
   return true;
 }
 static_assert(zb_h2_figures(zb_h2_async) && zb_h2_figures(zb_h2_blocking));
-// Against 1F1B: 2P - 1 = 7 micro-batches on rank 0 where 1F1B holds P = 4, and the same step
-// as ZB-H1, whose ranks each idle P - 1 = 3 within it.
+// Against 1F1B: 2P - 1 = 7 micro-batches on rank 0 where 1F1B holds P = 4; and the same step as
+// ZB-H1, whose rank 0 idles P - 1 = 3 steps within its own (ZB-H2's ranks none).
 static_assert(zb_h2_async.peak_in_flight[0] == 2 * one_f_one_b.peak_in_flight[0] - 1);
 static_assert(verify<ZeroBubbleH1<8>, Async<Gloo>>(4).makespan == zb_h2_async.makespan);
 static_assert(verify<ZeroBubbleH1<8>, Async<Gloo>>(4).span_idle(0) == 3);
