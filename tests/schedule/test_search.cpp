@@ -56,6 +56,14 @@ TEST_CASE("search with a V placement and twice the cap: as short as ZB-V") {
   CHECK(found->table.placement == v_shape_placement(4, 2));
 }
 
+TEST_CASE("search at unit costs with ZB-H2's memory: as short as ZB-H2") {
+  const auto found = run({.ranks = 4, .micro_batches = 8, .max_in_flight = 8});
+  REQUIRE(found->ok());
+  const VerifyResult zb_h2 = builtin("zb-h2", 4, 8, 1, {});
+  REQUIRE(zb_h2.max_peak_in_flight() <= 8);
+  CHECK(found->figures.bubble_fraction() <= zb_h2.bubble_fraction());
+}
+
 TEST_CASE("search with a heavier last stage: below the built-ins that fit the cap") {
   // One chunk per rank, 1F1B's memory: shorter than 1F1B, and ZB-H1 is already at the bound.
   const Costs looped = last_stage_heavier(4);
@@ -73,6 +81,8 @@ TEST_CASE("search with a heavier last stage: below the built-ins that fit the ca
                       .costs = vee});
   REQUIRE(v->ok());
   CHECK(v->figures.makespan < builtin("zb-v", 4, 8, 2, vee).makespan);
+  CHECK(v->figures.makespan < builtin("v-half", 4, 8, 2, vee).makespan);
+  CHECK(v->figures.makespan < builtin("v-min", 4, 8, 2, vee).makespan);
   CHECK(builtin("dualpipev", 4, 8, 2, vee).max_peak_in_flight() > 8);
 }
 

@@ -16,7 +16,10 @@
 #include "mpp/schedule/naive.hpp"
 #include "mpp/schedule/one_f_one_b.hpp"
 #include "mpp/schedule/table.hpp"
+#include "mpp/schedule/v_half.hpp"
+#include "mpp/schedule/v_min.hpp"
 #include "mpp/schedule/zero_bubble_h1.hpp"
+#include "mpp/schedule/zero_bubble_h2.hpp"
 #include "mpp/schedule/zero_bubble_v.hpp"
 
 namespace mpp {
@@ -30,8 +33,11 @@ using builtin_schedules = std::tuple<
     OneFOneBFamily,
     Interleaved1F1BFamily,
     ZeroBubbleH1Family,
+    ZeroBubbleH2Family,
     ZeroBubbleVFamily,
-    DualPipeVFamily>;
+    DualPipeVFamily,
+    VHalfFamily,
+    VMinFamily>;
 // clang-format on
 // [/builtin-schedules]
 
