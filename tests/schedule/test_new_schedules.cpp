@@ -131,4 +131,3 @@ TEST_CASE("V-Half: sound, (P + 2) // 2 stages of memory, bubble <= P / (2M), P <
 TEST_CASE("V-Min: sound, (P + 4) // 3 stages of memory, bubble < 2P / (3M), P <= 8, M <= 32") {
   check_grid<VMinFamily>();
 }
-
