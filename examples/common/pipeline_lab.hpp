@@ -21,6 +21,7 @@
 #include "mpp/pipeline.hpp"
 #include "mpp/pipeline/measure.hpp"
 #include "mpp/pipeline/with_ranks.hpp"
+#include "mpp/trace/costs_json.hpp"
 #include "mpp/util/blas.hpp"
 
 #include "lab_main.hpp"
@@ -44,6 +45,7 @@ struct Options {
   bool timeline = false;
   std::string trace;
   std::string svg;
+  std::string costs_out;
 };
 
 struct MeanSquaredError {
@@ -60,6 +62,14 @@ mpp::RunFigures train(const mpp::Group<typename Pipe::comm_type::backend>& world
   auto batch = [&](int step) { return mpp::models::make_regression_batch(o.model, o.batch, step); };
   auto figures = mpp::train_and_measure(pipe, adam, batch, MeanSquaredError{}, o.steps);
   if (figures.report) std::printf("%s\n", figures.describe().c_str());
+  if (figures.report && !o.costs_out.empty()) {
+    // Per-stage costs and the message latency, in 1/100 of the slowest action: what
+    // `mpp-schedule search --costs` reads.
+    const auto& f = figures.report->figures;
+    std::ofstream(o.costs_out) << mpp::costs_to_json(mpp::trace::measured_costs_with_latency(f),
+                                                     static_cast<int>(f.stage_us.size()));
+    std::printf("measured costs of %s written to %s\n", Pipe::name().c_str(), o.costs_out.c_str());
+  }
   return figures;
 }
 
@@ -139,6 +149,10 @@ int run_lab(int argc, char** argv, const char* lab, const char* description, Run
   app.add_flag("--timeline", o.timeline, "print the last step's measured timeline");
   app.add_option("--trace", o.trace, "write the last step's Chrome trace JSON here");
   app.add_option("--svg", o.svg, "draw the last step's measured timeline here (SVG)");
+  app.add_option("--costs-out", o.costs_out,
+                 "write the measured per-stage costs and message latency here (JSON, what "
+                 "mpp-schedule search --costs reads; a lab that trains two pipelines writes the "
+                 "second's)");
   if (add_options) add_options(app);
   CLI11_PARSE(app, argc, argv);
 

@@ -18,6 +18,7 @@
 
 #include "mpp/schedule.hpp"
 #include "mpp/schedule/search.hpp"
+#include "mpp/trace/costs_json.hpp"
 #include "mpp/trace/plot.hpp"  // render_timeline: the measured timelines' renderer
 
 namespace {
@@ -64,6 +65,10 @@ int main(int argc, char** argv) {
                  "search: looped (stage = chunk * P + rank) or v (rank r holds r and 2P - 1 - r)")
       ->capture_default_str()
       ->check(CLI::IsMember({"looped", "v"}));
+  std::string costs_path;
+  app.add_option("--costs", costs_path,
+                 "read T_F, T_B, T_I, T_W per stage and T_comm from this JSON (as the pipeline "
+                 "labs' --costs-out writes it) instead of the cost flags");
   app.add_flag("--full-backward", full_backward,
                "search: full backwards (B) only, no split into I and W");
   app.add_flag("--list", list,
@@ -120,6 +125,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (!costs_path.empty()) costs = mpp::costs_from_json(read_file(costs_path));
     const mpp::CommSemantics semantics =
         comm == "blocking" ? mpp::CommSemantics::rendezvous : mpp::CommSemantics::buffered;
     auto compute = std::make_unique<mpp::ScheduleTable>();

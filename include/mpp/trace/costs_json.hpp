@@ -1,0 +1,90 @@
+#pragma once
+// Costs as JSON, both ways: what a measured run writes (`--costs-out` of the pipeline labs) and
+// what `mpp-schedule search --costs` reads, so that a schedule is searched from the costs of the
+// machine it will run on. Needs nlohmann-json, not LibTorch.
+//
+//   {"forward": 34, "backward": 70, "input_grad": 0, "weight_grad": 0, "comm": 3,
+//    "stages": [{"forward": 30, "backward": 61, "input_grad": 0, "weight_grad": 0}, ...]}
+//
+// Durations are integers in one unit of the file's choosing (measured runs: 1/100 of the slowest
+// action); 0 in a stage keeps the common cost, as mpp::StageCosts says.
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "mpp/schedule/cost_model.hpp"
+#include "mpp/schedule/table.hpp"
+
+namespace mpp {
+
+/// The costs of `stages` stages as the JSON text above.
+inline std::string costs_to_json(const Costs& c, int stages) {
+  nlohmann::ordered_json j;
+  j["forward"] = c.forward;
+  j["backward"] = c.backward;
+  j["input_grad"] = c.input_grad;
+  j["weight_grad"] = c.weight_grad;
+  j["comm"] = c.comm;
+  j["stages"] = nlohmann::ordered_json::array();
+  for (int s = 0; s < stages && s < static_cast<int>(c.stage.size()); ++s) {
+    const StageCosts& st = c.stage[static_cast<std::size_t>(s)];
+    j["stages"].push_back({{"forward", st.forward},
+                           {"backward", st.backward},
+                           {"input_grad", st.input_grad},
+                           {"weight_grad", st.weight_grad}});
+  }
+  return j.dump(2) + "\n";
+}
+
+/// Reads the JSON text above into `out`. Throws ScheduleError naming the key and the fix when a
+/// value is missing, not a non-negative integer, or there are more stages than mpp can hold.
+inline Costs costs_from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ScheduleError(std::string("mpp: the costs are not JSON (") + e.what() +
+                        "); write them as mpp-schedule's --costs help shows");
+  }
+  const auto integer = [](const nlohmann::json& from, const char* key, const std::string& where,
+                          bool required) {
+    if (!from.contains(key)) {
+      if (!required) return 0;
+      throw ScheduleError("mpp: the costs have no \"" + std::string(key) + "\"" + where +
+                          "; give it as an integer duration");
+    }
+    const auto& v = from.at(key);
+    if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 1000000000)
+      throw ScheduleError("mpp: the costs' \"" + std::string(key) + "\"" + where + " is " +
+                          v.dump() + "; give a non-negative integer duration");
+    return v.get<int>();
+  };
+  if (!j.is_object()) throw ScheduleError("mpp: the costs must be a JSON object");
+  Costs c;
+  c.forward = integer(j, "forward", "", true);
+  c.backward = integer(j, "backward", "", true);
+  c.input_grad = integer(j, "input_grad", "", false);
+  c.weight_grad = integer(j, "weight_grad", "", false);
+  c.comm = integer(j, "comm", "", false);
+  if (c.forward == 0 || c.backward == 0)
+    throw ScheduleError("mpp: the costs' forward and backward must be at least 1");
+  if (c.input_grad == 0) c.input_grad = (c.backward + 1) / 2;
+  if (c.weight_grad == 0)
+    c.weight_grad = c.backward - c.input_grad > 0 ? c.backward - c.input_grad : 1;
+  if (j.contains("stages")) {
+    const auto& stages = j.at("stages");
+    if (!stages.is_array() || stages.size() > c.stage.size())
+      throw ScheduleError("mpp: the costs' \"stages\" must be an array of at most " +
+                          std::to_string(c.stage.size()) + " objects");
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      const std::string where = " of stage " + std::to_string(s);
+      c.stage[s] = {integer(stages[s], "forward", where, false),
+                    integer(stages[s], "backward", where, false),
+                    integer(stages[s], "input_grad", where, false),
+                    integer(stages[s], "weight_grad", where, false)};
+    }
+  }
+  return c;
+}
+
+}  // namespace mpp
