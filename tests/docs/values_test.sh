@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Tied numbers (tools/docs/mpp-docs, "tied numbers" in its header): a number in a chapter followed
 # by <!-- value: FILE KEY --> must equal KEY of docs/figures/FILE at the decimals it is written
-# with. Part 1 checks the rules on a made-up tree; part 2 is the mutation test on the real
-# chapters: a copy of the repository passes, and the same copy with one tied number changed fails
-# naming the chapter, the line, the number written and the source value.
+# with. Part 1 checks the rules on a made-up tree; parts 2 and 3 are the mutation test on the real
+# chapters: a copy of the repository passes, and the same copy with one tied number changed (in
+# the prose, then in an exercise's answer) fails naming the chapter, the line, the number written
+# and the source value.
 #   tests/docs/values_test.sh path/to/mpp-docs path/to/repository
 set -uo pipefail
 tool=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -92,21 +93,22 @@ mkdir -p "$copy"
 if ! out=$("$tool" check --root "$copy" 2>&1); then
   fail "the repository's own docs fail the check"; echo "$out" >&2
 fi
-tie=$(cd "$copy" && grep -n -m1 -o '[0-9][0-9.]*[^0-9<]*<!-- value: [^>]*-->' docs/[0-9][0-9]-*.md | head -n1)
-if [[ -z $tie ]]; then
-  fail "no chapter ties a number (<!-- value: ... -->)"
-else
-  file=${tie%%:*}; rest=${tie#*:}; line=${rest%%:*}; text=${rest#*:}
+# mutate FILE LINE: changes the number of the first tie on that line by one in its last digit, and
+# the check on the copy must fail naming the file, the line and the changed number. Restores it.
+mutate() {
+  local file=$1 line=$2 text number last mutated out
+  text=$(sed -n "${line}p" "$copy/$file" | grep -o -m1 '[0-9][0-9.]*[^0-9<]*<!-- value: [^>]*-->' | head -n1)
   number=$(sed 's/[^0-9.].*//' <<<"$text")
   last=${number: -1}; mutated=${number%?}$(((last + 1) % 10))
-  # Change the number in the line of the first tie only (the first occurrence before the comment).
-  awk -v n="$line" -v from="$number<" -v to="$mutated<" -v from_unit="$number" -v to_unit="$mutated" '
+  cp "$copy/$file" "$work/original"
+  # Change the number in that line only (its last occurrence before the first comment).
+  awk -v n="$line" -v from_unit="$number" -v to_unit="$mutated" '
     NR == n { at = index($0, "<!-- value:"); head = substr($0, 1, at - 1); tail = substr($0, at)
               k = 0; for (i = length(head) - length(from_unit) + 1; i > 0; --i)
                 if (substr(head, i, length(from_unit)) == from_unit) { k = i; break }
               if (k) head = substr(head, 1, k - 1) to_unit substr(head, k + length(from_unit))
               $0 = head tail }
-    { print }' "$copy/$file" >"$work/mutated" && cat "$work/mutated" >"$copy/$file"
+    { print }' "$work/original" >"$copy/$file"
   echo "mutation: $file:$line: $number -> $mutated"
   if out=$("$tool" check --root "$copy" 2>&1); then
     fail "check passed with $file:$line changed from $number to $mutated"
@@ -115,7 +117,28 @@ else
     grep -qF -- "$file:$line: the text says $mutated" <<<"$out" ||
       fail "the failure does not name $file:$line and the number $mutated"
   fi
+  cp "$work/original" "$copy/$file"
+}
+
+tie=$(cd "$copy" && grep -n -m1 -o '[0-9][0-9.]*[^0-9<]*<!-- value: [^>]*-->' docs/[0-9][0-9]-*.md | head -n1)
+if [[ -z $tie ]]; then
+  fail "no chapter ties a number (<!-- value: ... -->)"
+else
+  file=${tie%%:*}; rest=${tie#*:}
+  mutate "$file" "${rest%%:*}"
+fi
+
+# --- 3. The same for an exercise's answer: the first tie in a chapter's last section, the
+# exercises (a chapter's last `## ` heading starts with "Exercise").
+answer=$(cd "$copy" && for f in docs/[0-9][0-9]-*.md; do
+  awk -v f="$f" '/^## / { exercises = ($0 ~ /^## ([0-9]+\. )?Exercise/) }
+                 exercises && /[0-9]<!-- value: / { print f ":" NR; exit }' "$f"
+done | head -n1)
+if [[ -z $answer ]]; then
+  fail "no chapter's exercises tie a number (<!-- value: ... -->)"
+else
+  mutate "${answer%%:*}" "${answer#*:}"
 fi
 
 if ((failures)); then echo "$failures failure(s)" >&2; exit 1; fi
-echo "tied numbers: the rules hold, and a changed number in a chapter fails docs.check"
+echo "tied numbers: the rules hold, and a changed number in a chapter or an exercise's answer fails docs.check"
