@@ -24,6 +24,8 @@ string(STRIP "${warnings}" warnings)
 # XML index lists them all, documented or not).
 if(EXISTS "${OUTPUT}/xml/index.xml")
   file(READ "${OUTPUT}/xml/index.xml" index)
+  # A ';' (as in &quot; of `operator""_act`) would split CMake's list of compounds mid-entry.
+  string(REPLACE ";" "," index "${index}")
   # One entry per compound: its first line, then one line per member.
   string(REGEX MATCHALL "<compound refid=\"(namespace|concept)mpp[^\"]*\" kind=\"[a-z]+\"><name>[^<]*</name>\n(    <member [^\n]*\n)*"
          compounds "${index}")
