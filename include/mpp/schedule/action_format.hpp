@@ -236,6 +236,7 @@ constexpr int table_from_action_csv(ScheduleTable& t, std::string_view csv,
 /// `{"0F0"_act, "0F1"_act, "0B0"_act}`. The actions name their stages, so the rows carry their
 /// placement (see Custom). A string that is no action stops the compilation here.
 namespace action_literals {
+/// `"7F0"_act` is F of micro-batch 0 on stage 7 (chunk and peer are filled in by the table).
 consteval Action operator""_act(const char* text, std::size_t size) {
   int stage = 0, mb = 0;
   Op op = Op::F;
