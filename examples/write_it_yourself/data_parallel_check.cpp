@@ -66,7 +66,7 @@ int check_data_parallel(int argc, char** argv, const char* lab, DataParallelRefe
       throw std::invalid_argument("runs on 1, 2, 4, 8 or 16 ranks (the global batch has " +
                                   std::to_string(check::batch_rows) + " rows)");
     const auto mine = train_learner(world, start, o);
-    const auto monolith = check::train_monolith(o);
+    const auto monolith = check::train_monolith(o, check::batch_rows);
     auto model = mpp::models::make_full_mlp(check::model_config());
     check::Record reference_record;
     std::string name;

@@ -5,8 +5,8 @@
 // neighbours trade messages at the same moment: rank r sends micro-batch f's activation to r + 1
 // and waits for micro-batch i's gradient from it, while r + 1 sends that gradient and waits for
 // the next activation. The helpers (forward, backward, the buffers) are written; the schedule's
-// counts and the messages are yours. Replace each lab::unfinished(...) with the code it asks for,
-// then check it:
+// counts and the messages are yours. Each lab::unfinished(...) says what must hold there; replace
+// it with code that makes it hold (hints/one_f_one_b.md has hints in tiers), then check it:
 //
 //   scripts/check-lab one_f_one_b
 //
@@ -31,9 +31,9 @@ namespace {
                                const at::Tensor& out, int out_tag, const at::Tensor& in, int in_tag,
                                int peer) {
   lab::unfinished(
-      "exchange(): send `out` to `peer` (world.send(out, peer, out_tag)) and receive `in` from it "
-      "(world.recv(in, peer, in_tag)); the lower rank of the pair sends first, the higher one "
-      "receives first (and every rank sends first when stage.both_send_first is set)");
+      "exchange(): `out` must reach `peer` and `in` must arrive from it, with blocking calls, in "
+      "an order that cannot deadlock when `peer` runs exchange() at the same moment (hints: "
+      "hints/one_f_one_b.md, 1)");
 }
 
 double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& batch) {
@@ -77,8 +77,9 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
 
   int warmup = 0;
   lab::unfinished(
-      "the number of warm-up forwards on this rank: warmup = std::min(world.size() - 1 - rank, "
-      "micro_batches)");
+      "warmup: how many forwards this rank runs before its first backward, so that the last "
+      "rank can start backwards at once and rank r never holds more than P - r micro-batches "
+      "(hints: hints/one_f_one_b.md, 2)");
   const int steady = micro_batches - warmup;
 
   // 1. Warm-up: forwards only (never on the last rank).
@@ -95,16 +96,15 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
     at::Tensor output_grad = output_grad_buffer(i);
     if (!last)
       lab::unfinished(
-          "send micro-batch f's activation to the next rank and receive micro-batch i's output "
-          "gradient from it: exchange(world, stage, stage_outputs[f].detach(), f, output_grad, i, "
-          "rank + 1)");
+          "the messages with the next rank around this backward: what must it get from this "
+          "forward, and what does backward(i, output_grad) need from it? (hints: "
+          "hints/one_f_one_b.md, 3)");
     backward(i, output_grad);
     if (first) continue;
     lab::unfinished(
-        "send micro-batch i's input gradient to the previous rank and, unless this is the last "
-        "steady iteration (i + 1 == steady), receive micro-batch f + 1's input from it: "
-        "exchange(world, stage, stage_inputs[i].grad(), i, input_buffer(f + 1), f + 1, rank - 1); "
-        "on the last iteration only world.send(stage_inputs[i].grad(), rank - 1, i)");
+        "the messages with the previous rank after this backward: what does it wait for from "
+        "micro-batch i, and what does the next forward here need from it? The last steady "
+        "iteration has no next forward (hints: hints/one_f_one_b.md, 4)");
   }
   // 3. Cool-down: the backwards left.
   for (int b = steady; b < micro_batches; ++b) {
