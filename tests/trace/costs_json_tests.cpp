@@ -33,8 +33,14 @@ TEST_CASE("costs as JSON: what is missing or wrong is named") {
   CHECK(message("{\"forward\": 1, \"backward\": 2, \"stages\": [{\"forward\": 1.5}]}")
             .find("\"forward\" of stage 0 is 1.5") != std::string::npos);
   CHECK(message("not json").find("not JSON") != std::string::npos);
-  // Without I and W the backward splits in halves.
-  const mpp::Costs halves = mpp::costs_from_json("{\"forward\": 1, \"backward\": 4}");
+  // Without I and W the backward splits in halves, for every stage too, and the reader says so.
+  const std::string unsplit =
+      "{\"forward\": 1, \"backward\": 4, \"stages\": [{}, {\"forward\": 2, \"backward\": 7}]}";
+  const mpp::Costs halves = mpp::costs_from_json(unsplit);
   CHECK(halves.input_grad == 2);
   CHECK(halves.weight_grad == 2);
+  CHECK(halves.stage[1].input_grad == 4);
+  CHECK(halves.stage[1].weight_grad == 3);
+  CHECK(mpp::costs_split_assumed(unsplit));
+  CHECK_FALSE(mpp::costs_split_assumed("{\"forward\": 1, \"backward\": 4, \"input_grad\": 2}"));
 }

@@ -125,7 +125,14 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (!costs_path.empty()) costs = mpp::costs_from_json(read_file(costs_path));
+    if (!costs_path.empty()) {
+      const std::string text = read_file(costs_path);
+      costs = mpp::costs_from_json(text);
+      if (mpp::costs_split_assumed(text))
+        std::cerr << "mpp-schedule: " << costs_path
+                  << " gives no I and W (measured without a split backward); each is taken as "
+                     "half of B\n";
+    }
     const mpp::CommSemantics semantics =
         comm == "blocking" ? mpp::CommSemantics::rendezvous : mpp::CommSemantics::buffered;
     auto compute = std::make_unique<mpp::ScheduleTable>();

@@ -7,7 +7,9 @@
 //    "stages": [{"forward": 30, "backward": 61, "input_grad": 0, "weight_grad": 0}, ...]}
 //
 // Durations are integers in one unit of the file's choosing (measured runs: 1/100 of the slowest
-// action); 0 in a stage keeps the common cost, as mpp::StageCosts says.
+// action); 0 in a stage keeps the common cost, as mpp::StageCosts says. A run without a split
+// backward measures B but not I and W: it writes them as 0, and the reader takes each as half of
+// that B (costs_split_assumed() says so), for the common costs and for every stage.
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -68,9 +70,12 @@ inline Costs costs_from_json(const std::string& text) {
   c.comm = integer(j, "comm", "", false);
   if (c.forward == 0 || c.backward == 0)
     throw ScheduleError("mpp: the costs' forward and backward must be at least 1");
-  if (c.input_grad == 0) c.input_grad = (c.backward + 1) / 2;
-  if (c.weight_grad == 0)
-    c.weight_grad = c.backward - c.input_grad > 0 ? c.backward - c.input_grad : 1;
+  const auto halve = [](int backward, int& input_grad, int& weight_grad) {
+    if (backward <= 0 || input_grad > 0 || weight_grad > 0) return;
+    input_grad = (backward + 1) / 2;
+    weight_grad = backward - input_grad > 0 ? backward - input_grad : 1;
+  };
+  halve(c.backward, c.input_grad, c.weight_grad);
   if (j.contains("stages")) {
     const auto& stages = j.at("stages");
     if (!stages.is_array() || stages.size() > c.stage.size())
@@ -82,9 +87,21 @@ inline Costs costs_from_json(const std::string& text) {
                     integer(stages[s], "backward", where, false),
                     integer(stages[s], "input_grad", where, false),
                     integer(stages[s], "weight_grad", where, false)};
+      halve(c.stage[s].backward, c.stage[s].input_grad, c.stage[s].weight_grad);
     }
   }
   return c;
+}
+
+/// True when the JSON text gives no I and W (a run without a split backward): the reader then
+/// took each as half of B, an assumption a caller should state.
+inline bool costs_split_assumed(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return false;
+  const auto zero = [&](const char* key) {
+    return !j.contains(key) || (j.at(key).is_number_integer() && j.at(key).get<long long>() == 0);
+  };
+  return zero("input_grad") && zero("weight_grad");
 }
 
 }  // namespace mpp
