@@ -86,6 +86,29 @@ TEST_CASE("search with a heavier last stage: below the built-ins that fit the ca
   CHECK(builtin("dualpipev", 4, 8, 2, vee).max_peak_in_flight() > 8);
 }
 
+TEST_CASE("search in a V with messages that cost: within ZB-V's memory, no longer than ZB-V") {
+  // Messages as measured over Shm (a fifth of a forward): a rank that filled its cap with first
+  // chunks could not run the second chunk that frees them, so a micro-batch enters a rank only
+  // with room for both of its chunks there.
+  for (const int ranks : {2, 4}) {
+    const Costs costs{
+        .forward = 57, .backward = 114, .input_grad = 57, .weight_grad = 94, .comm = 23};
+    const auto found = run({.ranks = ranks,
+                            .micro_batches = 8,
+                            .placement = v_shape_placement(ranks, 2),
+                            .max_in_flight = 2 * ranks,
+                            .costs = costs});
+    REQUIRE_MESSAGE(found->ok(), found->error.view());
+    CHECK(found->figures.max_peak_in_flight() <= 2 * ranks);
+    CHECK(found->figures.makespan <= builtin("zb-v", ranks, 8, 2, costs).makespan);
+  }
+  // A cap below one micro-batch's chunks on a rank lets nothing through, and says what would.
+  const auto tight = run(
+      {.ranks = 4, .micro_batches = 8, .placement = v_shape_placement(4, 2), .max_in_flight = 1});
+  CHECK(std::string(tight->error.view()).find("one micro-batch at a time needs 2") !=
+        std::string::npos);
+}
+
 TEST_CASE("search refuses what cannot be and names the fix") {
   const auto bad = run({.ranks = 4, .micro_batches = 8, .max_in_flight = -1});
   CHECK(std::string(bad->error.view()).find("cap on activations must be >= 1") !=

@@ -10,11 +10,15 @@
 // micro-batch whose output grad is there, or a pending weight grad (W), which fills what would
 // otherwise be idle time. The candidates differ in how far each rank runs forwards ahead of its
 // input grads (flat or falling by one per rank as 1F1B's), in whether a ready I goes before a ready
-// forward, and in whether a W may wait while nothing else is ready. Every candidate is verified
-// under the costs; the shortest sound one wins. Deterministic, and a few milliseconds per candidate
-// for P <= 8, M <= 32.
+// forward, in whether a W may wait while nothing else is ready, and, with several chunks per rank
+// under a cap, in how much of the cap a micro-batch that entered a rank keeps for its later chunks
+// there (none, one, all: with none, a rank whose cap is full of first chunks cannot run the later
+// chunk that would free one, and messages that cost make that happen). The built-ins with the same
+// placement are candidates too. Every candidate is verified under the costs; the shortest sound
+// one wins. Deterministic, and a few milliseconds per candidate for P <= 8, M <= 32.
 #include <string_view>
 
+#include "mpp/schedule/builtin.hpp"
 #include "mpp/schedule/cost_model.hpp"
 #include "mpp/schedule/lowering.hpp"
 #include "mpp/schedule/table.hpp"
@@ -45,7 +49,10 @@ struct SearchResult {
   /// its first stage can start.
   int lower_bound = 0;
   int candidates = 0;  ///< the tables tried
-  FixedText error{};   ///< non-empty when the spec is refused or no candidate is sound
+  /// Where the table came from: "list scheduling", or the built-in it is (the built-ins that fit
+  /// the spec are candidates too).
+  FixedText origin{};
+  FixedText error{};  ///< non-empty when the spec is refused or no candidate is sound
 
   /// True when a sound table was found.
   constexpr bool ok() const { return error.empty() && figures.ok; }
@@ -65,6 +72,9 @@ struct SearchPolicy {
   bool falling = false;            ///< rank r runs limit + (P - 1 - r) ahead, as 1F1B's warm-up
   bool input_grad_first = true;    ///< a ready I goes before a ready forward
   bool weight_grad_waits = false;  ///< a W runs only when nothing else can start before it ends
+  /// Under a cap, the slots a micro-batch that entered a rank keeps for its later chunks there
+  /// (see SearchState::reserved): none, one (the oldest can always go on), or all of them.
+  int reserve = 0;
 };
 
 /// The replay's scratch, one int per (stage * M + mb) (times + 1; 0: not yet).
@@ -74,8 +84,12 @@ struct SearchState {
   int next_forward[max_stages], next_input_grad[max_stages];
   int clock[max_ranks], limit[max_ranks];
   int in_flight[max_ranks];  // forwarded, weight grad not yet done: the memory the cap bounds
-  int open[max_ranks];       // forwarded, input grad not yet done: what the warm-up limit bounds
-  int waiting[max_ranks];    // 1: nothing can start until another rank moves
+  // Later chunks to come of the micro-batches that entered the rank (its chunk 0). Under a cap a
+  // rank that filled it with first chunks cannot run the later chunk that would free them (a V
+  // with messages that cost deadlocks so): a policy keeps room for some of them.
+  int reserved[max_ranks];
+  int open[max_ranks];     // forwarded, input grad not yet done: what the warm-up limit bounds
+  int waiting[max_ranks];  // 1: nothing can start until another rank moves
   int pending_w[max_ranks][max_actions_per_rank];  // stage * M + mb of each I whose W is to come
   int pending_head[max_ranks], pending_tail[max_ranks];
 };
@@ -118,8 +132,11 @@ constexpr bool list_schedule(ScheduleTable& t, const SearchSpec& spec, const Sea
     int f_stage = -1, f_start = never, i_stage = -1, i_start = never;
     for (int c = V - 1; c >= 0; --c) {  // the deeper chunk first on a tie
       const int s = t.stage_of(r, c);
-      if (st.next_forward[s] < M && st.open[r] < st.limit[r] &&
-          (spec.max_in_flight == 0 || st.in_flight[r] < spec.max_in_flight)) {
+      const int later = st.reserved[r] + V - 1;  // with this micro-batch's own
+      const int kept = policy.reserve < later ? policy.reserve : later;
+      const bool room = spec.max_in_flight == 0 ||
+                        st.in_flight[r] + 1 + (c == 0 ? kept : 0) <= spec.max_in_flight;
+      if (st.next_forward[s] < M && st.open[r] < st.limit[r] && room) {
         const int at = arrival(t, st, costs, s, st.next_forward[s], true);
         if (at >= 0 && (at > now ? at : now) < f_start) {
           f_start = at > now ? at : now;
@@ -186,6 +203,7 @@ constexpr bool list_schedule(ScheduleTable& t, const SearchSpec& spec, const Sea
       mb = st.next_forward[stage]++;
       st.forward_end[stage * M + mb] = end + 1;
       ++st.in_flight[r];
+      st.reserved[r] += chunk == 0 ? V - 1 : -1;
       ++st.open[r];
     } else if (op == Op::W) {
       const int id = st.pending_w[r][st.pending_head[r]++];
@@ -216,8 +234,9 @@ constexpr int search_lower_bound(const ScheduleTable& t, const Costs& costs, boo
     int busy = 0, head = 0x3fffffff;
     for (int c = 0; c < V; ++c) {
       const int s = t.stage_of(r, c);
-      busy += M * (costs.of(Op::F, s) +
-                   (split ? costs.of(Op::I, s) + costs.of(Op::W, s) : costs.of(Op::B, s)));
+      // Split, a built-in with whole backwards is a candidate too: the cheaper of the two.
+      const int halves = costs.of(Op::I, s) + costs.of(Op::W, s), whole = costs.of(Op::B, s);
+      busy += M * (costs.of(Op::F, s) + (split && halves < whole ? halves : whole));
       int reach = 0;  // the first forward's input reaches stage s
       for (int q = 0; q < s; ++q)
         reach += costs.of(Op::F, q) + (t.rank_of(q) != t.rank_of(q + 1) ? costs.comm : 0);
@@ -262,30 +281,55 @@ constexpr void search_into(SearchResult& out, const SearchSpec& spec) {
   ScheduleTable lowered{};
   VerifyResult figures{};
   bool found = false;
+  // Lowers, verifies and keeps `candidate` when it is sound, within the cap and the shortest yet.
+  const auto consider = [&](std::string_view origin) {
+    ++out.candidates;
+    lower_into(lowered, candidate, spec.semantics, spec.costs);
+    detail::verify_into(figures, lowered, spec.semantics, spec.costs, nullptr);
+    if (!figures.ok) return;
+    if (spec.max_in_flight > 0 && figures.max_peak_in_flight() > spec.max_in_flight) return;
+    if (!found || figures.makespan < out.figures.makespan) {
+      found = true;
+      out.figures = figures;
+      out.table = candidate;
+      out.origin = FixedText{};
+      out.origin << origin;
+    }
+  };
   for (int limit = 1; limit <= deepest; ++limit)
-    for (int shape = 0; shape < 8; ++shape) {
-      const detail::SearchPolicy policy{limit, (shape & 1) != 0, (shape & 2) == 0,
-                                        (shape & 4) != 0};
+    for (int shape = 0; shape < (V > 1 && spec.max_in_flight > 0 ? 24 : 8); ++shape) {
+      const int reserve = shape / 8 == 2 ? spec.micro_batches * V : shape / 8;
+      const detail::SearchPolicy policy{limit, (shape & 1) != 0, (shape & 2) == 0, (shape & 4) != 0,
+                                        reserve};
       candidate = probe;
       const bool finished = detail::with_state<detail::SearchState>([&](detail::SearchState& st) {
         return detail::list_schedule(candidate, spec, policy, st);
       });
-      ++out.candidates;
-      if (!finished) continue;
-      lower_into(lowered, candidate, spec.semantics, spec.costs);
-      detail::verify_into(figures, lowered, spec.semantics, spec.costs, nullptr);
-      if (!figures.ok) continue;
-      if (spec.max_in_flight > 0 && figures.max_peak_in_flight() > spec.max_in_flight) continue;
-      if (!found || figures.makespan < out.figures.makespan) {
-        found = true;
-        out.figures = figures;
-        out.table = candidate;
-      }
+      if (finished)
+        consider("list scheduling");
+      else
+        ++out.candidates;
     }
+  // The built-ins with the same placement, M and kind of backward are candidates too: the result
+  // is never predicted slower than one of them at the same cap.
+  for_each_builtin_schedule([&]<class F>() {
+    if (F::fixed_chunks != 0 && F::fixed_chunks != V) return;
+    candidate = ScheduleTable{};
+    F::generate(candidate, spec.ranks, F::takes_micro_batches ? spec.micro_batches : 1, V);
+    if (!candidate.ok() || candidate.micro_batches != spec.micro_batches ||
+        !(candidate.placement == placement))
+      return;
+    if (!spec.split_backward)
+      for (int r = 0; r < candidate.ranks; ++r)
+        for (int k = 0; k < candidate.length[r]; ++k)
+          if (candidate.actions[r][k].op == Op::I || candidate.actions[r][k].op == Op::W) return;
+    consider(F::name);
+  });
   if (!found)
     out.error << "mpp: no schedule of " << spec.ranks << " ranks and " << spec.micro_batches
               << " micro-batches fits within " << cap
-              << " activations per rank; raise the cap (1F1B needs " << spec.ranks * V << ")";
+              << " activations per rank; raise the cap (one micro-batch at a time needs " << V
+              << ", 1F1B with one chunk per rank " << spec.ranks << ")";
 }
 
 }  // namespace mpp
