@@ -63,15 +63,8 @@ mpp::RunFigures train(const mpp::Group<typename Pipe::comm_type::backend>& world
   auto figures = mpp::train_and_measure(pipe, adam, batch, MeanSquaredError{}, o.steps);
   if (figures.report) std::printf("%s\n", figures.describe().c_str());
   if (figures.report && !o.costs_out.empty()) {
-    // Per-stage costs and the message latency, in 1/100 of the slowest action: what
-    // `mpp-schedule search --costs` reads.
-    const auto& f = figures.report->figures;
-    mpp::Costs costs = mpp::trace::measured_costs_with_latency(f);
-    if (f.input_grad_us <= 0.0) {  // no split backward ran: I and W were not measured
-      costs.input_grad = costs.weight_grad = 0;
-      for (auto& s : costs.stage) s.input_grad = s.weight_grad = 0;
-    }
-    std::ofstream(o.costs_out) << mpp::costs_to_json(costs, static_cast<int>(f.stage_us.size()));
+    // What `mpp-schedule search --costs` reads.
+    std::ofstream(o.costs_out) << mpp::measured_costs_json(figures.report->figures);
     std::printf("measured costs of %s written to %s\n", Pipe::name().c_str(), o.costs_out.c_str());
   }
   return figures;

@@ -125,9 +125,11 @@ int main(int argc, char** argv) {
   }
 
   try {
+    double unit_us = 0.0;  // one cost unit in microseconds, when the costs file says
     if (!costs_path.empty()) {
       const std::string text = read_file(costs_path);
       costs = mpp::costs_from_json(text);
+      unit_us = mpp::costs_unit_us(text);
       if (mpp::costs_split_assumed(text))
         std::cerr << "mpp-schedule: " << costs_path
                   << " gives no I and W (measured without a split backward); each is taken as "
@@ -158,9 +160,10 @@ int main(int argc, char** argv) {
       label = "Searched<" + std::to_string(micro_batches) + "> (" + placement + ", cap " +
               (max_in_flight > 0 ? std::to_string(max_in_flight) : std::string("none")) + ") on " +
               std::to_string(ranks) + " ranks";
-      char text[160];
-      std::snprintf(text, sizeof text, "lower bound %d, gap %.1f%% (%d candidates)",
-                    found->lower_bound, 100.0 * found->gap(), found->candidates);
+      char text[200];
+      std::snprintf(text, sizeof text, "lower bound %d, gap %.1f%% (%d candidates; the best: %s)",
+                    found->lower_bound, 100.0 * found->gap(), found->candidates,
+                    std::string(found->origin.view()).c_str());
       bound = text;
     } else if (!import_path.empty()) {
       const int ignored = mpp::table_from_action_csv(*compute, read_file(import_path), semantics);
@@ -202,6 +205,9 @@ int main(int argc, char** argv) {
               << " T_comm=" << costs.comm << ")\n";
     if (!quiet) std::cout << mpp::render_ascii(events);
     std::cout << figures << '\n';
+    if (unit_us > 0.0)
+      std::printf("predicted step %.2f ms (%s gives one cost unit as %.2f us)\n",
+                  plan->figures.makespan * unit_us / 1e3, costs_path.c_str(), unit_us);
     if (!bound.empty()) std::cout << bound << '\n';
     if (show_table)
       for (int r = 0; r < plan->ranks(); ++r) {

@@ -4,23 +4,26 @@
 // machine it will run on. Needs nlohmann-json, not LibTorch.
 //
 //   {"forward": 34, "backward": 70, "input_grad": 0, "weight_grad": 0, "comm": 3,
-//    "stages": [{"forward": 30, "backward": 61, "input_grad": 0, "weight_grad": 0}, ...]}
+//    "stages": [{"forward": 30, "backward": 61, "input_grad": 0, "weight_grad": 0}, ...],
+//    "unit_us": 12.5}
 //
 // Durations are integers in one unit of the file's choosing (measured runs: 1/100 of the slowest
-// action); 0 in a stage keeps the common cost, as mpp::StageCosts says. A run without a split
-// backward measures B but not I and W: it writes them as 0, and the reader takes each as half of
-// that B (costs_split_assumed() says so), for the common costs and for every stage.
+// action); 0 in a stage keeps the common cost, as mpp::StageCosts says. "unit_us", optional, is
+// one unit in microseconds: with it a predicted makespan reads as a step time. A run without a
+// split backward measures B but not I and W: it writes them as 0, and the reader takes each as half
+// of that B (costs_split_assumed() says so), for the common costs and for every stage.
 #include <nlohmann/json.hpp>
 
 #include <string>
 
 #include "mpp/schedule/cost_model.hpp"
 #include "mpp/schedule/table.hpp"
+#include "mpp/trace/timeline.hpp"
 
 namespace mpp {
 
-/// The costs of `stages` stages as the JSON text above.
-inline std::string costs_to_json(const Costs& c, int stages) {
+/// The costs of `stages` stages as the JSON text above; `unit_us` > 0 is written as "unit_us".
+inline std::string costs_to_json(const Costs& c, int stages, double unit_us = 0.0) {
   nlohmann::ordered_json j;
   j["forward"] = c.forward;
   j["backward"] = c.backward;
@@ -35,7 +38,20 @@ inline std::string costs_to_json(const Costs& c, int stages) {
                            {"input_grad", st.input_grad},
                            {"weight_grad", st.weight_grad}});
   }
+  if (unit_us > 0.0) j["unit_us"] = unit_us;
   return j.dump(2) + "\n";
+}
+
+/// What a measured step says as the JSON text above: each stage's F, B, I and W and the message
+/// latency in 1/100 of the slowest action, with "unit_us". A step without a split backward
+/// measured no I and W: they are written as 0, which the reader takes as halves of B.
+inline std::string measured_costs_json(const trace::StepFigures& f) {
+  Costs costs = trace::measured_costs_with_latency(f);
+  if (f.input_grad_us <= 0.0) {
+    costs.input_grad = costs.weight_grad = 0;
+    for (auto& s : costs.stage) s.input_grad = s.weight_grad = 0;
+  }
+  return costs_to_json(costs, static_cast<int>(f.stage_us.size()), trace::measured_cost_unit_us(f));
 }
 
 /// Reads the JSON text above into `out`. Throws ScheduleError naming the key and the fix when a
@@ -91,6 +107,18 @@ inline Costs costs_from_json(const std::string& text) {
     }
   }
   return c;
+}
+
+/// One cost unit in microseconds ("unit_us" of the JSON text above), or 0 when the file does not
+/// say. Throws ScheduleError when it is there and not a positive number.
+inline double costs_unit_us(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("unit_us")) return 0.0;
+  const auto& v = j.at("unit_us");
+  if (!v.is_number() || v.get<double>() <= 0.0)
+    throw ScheduleError("mpp: the costs' \"unit_us\" is " + v.dump() +
+                        "; give one cost unit in microseconds, a positive number, or leave it out");
+  return v.get<double>();
 }
 
 /// True when the JSON text gives no I and W (a run without a split backward): the reader then

@@ -163,24 +163,44 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
   return f;
 }
 
-/// The verifier's cost model with the measured ratios (integers, the largest cost 100): the mean
+/// The slowest mean action (F, B, I or W, common or of one stage) in microseconds: 100 cost units
+/// in measured_costs().
+inline double slowest_action_us(const StepFigures& f) {
+  double largest = std::max({f.forward_us, f.backward_us, f.input_grad_us, f.weight_grad_us, 1e-9});
+  for (const auto& s : f.stage_us) largest = std::max({largest, s[0], s[1], s[2], s[3]});
+  return largest;
+}
+
+/// The duration of one cost unit of measured_costs(), in microseconds.
+inline double measured_cost_unit_us(const StepFigures& f) { return slowest_action_us(f) / 100.0; }
+
+/// `us` in measured cost units, at least 1 (0 stays 0).
+inline int measured_cost_units(const StepFigures& f, double us) {
+  return us > 0.0 ? std::max(1, static_cast<int>(std::lround(100.0 * us / slowest_action_us(f))))
+                  : 0;
+}
+
+/// The verifier's cost model with the measured ratios (integers, the slowest action 100): the mean
 /// F, B, I and W over every stage, and each stage's own where it ran them, so that a stage slower
 /// than the others (the loss, an uneven cut) paces the prediction as it paces the run.
 inline Costs measured_costs(const StepFigures& f) {
-  double largest = std::max({f.forward_us, f.backward_us, f.input_grad_us, f.weight_grad_us, 1e-9});
-  for (const auto& s : f.stage_us) largest = std::max({largest, s[0], s[1], s[2], s[3]});
   auto units = [&](double us, int fallback) {
-    return us > 0.0 ? std::max(1, static_cast<int>(std::lround(100.0 * us / largest))) : fallback;
+    return us > 0.0 ? measured_cost_units(f, us) : fallback;
+  };
+  // A backward that did not run as one (a split schedule ran I and W) costs what its two halves
+  // did: the same work.
+  const auto whole = [&](double b, double i, double w, int fallback) {
+    return units(b > 0.0 ? b : (i > 0.0 && w > 0.0 ? i + w : 0.0), fallback);
   };
   Costs c;
   c.forward = units(f.forward_us, 1);
-  c.backward = units(f.backward_us, 2 * c.forward);
+  c.backward = whole(f.backward_us, f.input_grad_us, f.weight_grad_us, 2 * c.forward);
   c.input_grad = units(f.input_grad_us, c.forward);
   c.weight_grad = units(f.weight_grad_us, c.forward);
   c.comm = 0;
   for (std::size_t st = 0; st < f.stage_us.size() && st < c.stage.size(); ++st) {
     const auto& s = f.stage_us[st];
-    c.stage[st] = {units(s[0], 0), units(s[1], 0), units(s[2], 0), units(s[3], 0)};
+    c.stage[st] = {units(s[0], 0), whole(s[1], s[2], s[3], 0), units(s[2], 0), units(s[3], 0)};
   }
   return c;
 }
@@ -188,11 +208,7 @@ inline Costs measured_costs(const StepFigures& f) {
 /// measured_costs() plus the measured message latency as T_comm (same units).
 inline Costs measured_costs_with_latency(const StepFigures& f) {
   Costs c = measured_costs(f);
-  double largest = std::max({f.forward_us, f.backward_us, f.input_grad_us, f.weight_grad_us, 1e-9});
-  for (const auto& s : f.stage_us) largest = std::max({largest, s[0], s[1], s[2], s[3]});
-  c.comm = f.message_latency_us > 0.0
-               ? std::max(1, static_cast<int>(std::lround(100.0 * f.message_latency_us / largest)))
-               : 0;
+  c.comm = measured_cost_units(f, f.message_latency_us);
   return c;
 }
 
