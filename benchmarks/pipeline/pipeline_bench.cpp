@@ -9,12 +9,14 @@
 //
 //   mpprun --nproc-per-node 2 ./pipeline_bench [--benchmark_filter=...] [--benchmark_format=json]
 //
+// On 4 ranks it runs the search matrix only (search_matrix.cpp: searched schedules against the
+// built-ins); `--costs-out DIR` measures the costs those schedules are searched from, on 2 or 4
+// ranks, writes them into DIR and stops.
+//
 // Every rank runs the same benchmarks with fixed iteration counts (the ranks must exchange the
 // same messages); only rank 0 reports. The single-process baseline runs on rank 0 alone while
 // rank 1 waits at a barrier, so it has a core to itself.
 #include <benchmark/benchmark.h>
-#include <torch/nn/functional/loss.h>
-#include <torch/optim/adam.h>
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -33,32 +35,25 @@
 
 #include "../common/paired.hpp"
 #include "../common/transports.hpp"
-#include "mpp/comm.hpp"
-#include "mpp/pipeline.hpp"
+#include "configs.hpp"
+#include "library_step.hpp"
 #include "mpp/util/blas.hpp"
-#include "support/policies.hpp"
+#include "search_matrix.hpp"
 
 namespace hana = boost::hana;
 
 namespace {
 
-struct Config {
-  const char* name;
-  std::int64_t hidden;
-  std::int64_t batch;
-  int iterations;
-  int paired_blocks;  // blocks of four steps for the paired overhead
-};
-
-// The course's model, and two compute-bound ones; all 16 layers, M = 8 micro-batches. With 512
-// samples the micro-batches have 64 rows, enough for a GEMM to run near its full speed: there
-// pipelining pays on compute (the matrix runs only Async x Uniform there, a step takes ~0.5 s).
-constexpr Config course{"course_h128_b32", 128, 32, 100, 400};
-constexpr Config compute_bound{"compute_h1024_b128", 1024, 128, 10, 40};
-constexpr Config compute_large{"compute_h1024_b512", 1024, 512, 4, 8};
-constexpr int M = 8;
+using mpp::bench::compute_bound;
+using mpp::bench::compute_large;
+using mpp::bench::Config;
+using mpp::bench::course;
+using mpp::bench::LibraryStep;
+using mpp::bench::MeanSquaredError;
+using mpp::bench::model_of;
+using mpp::bench::warmup_steps;
+constexpr int M = mpp::bench::micro_batches;
 constexpr int P = 2;
-constexpr int warmup_steps = 3;
 
 const mpp::bench::Transports* transports = nullptr;
 const mpp::Group<mpp::Gloo>* world = nullptr;  // over Gloo
@@ -67,38 +62,6 @@ template <class Backend>
 const mpp::Group<Backend>& group_of() {
   return transports->group<Backend>();
 }
-
-mpp::models::MlpConfig model_of(const Config& c) {
-  return {.hidden = c.hidden, .layers = mpp::test::partition_layers, .seed = 1};
-}
-
-struct MeanSquaredError {
-  at::Tensor operator()(const at::Tensor& out, const at::Tensor& target) const {
-    return torch::nn::functional::mse_loss(out, target);
-  }
-};
-
-/// One training step of a Pipeline on this rank, with its own model and Adam.
-template <class Pipe>
-struct LibraryStep {
-  explicit LibraryStep(const Config& c)
-      : cfg(model_of(c)),
-        pipe(group_of<typename Pipe::comm_type::backend>(), mpp::MlpModel{cfg}),
-        adam(pipe.parameters(), torch::optim::AdamOptions(1e-4)) {
-    const auto batch = mpp::models::make_regression_batch(cfg, c.batch, 0);
-    x = pipe.is_first() ? batch.inputs : at::Tensor();
-    y = pipe.is_last() ? batch.targets : at::Tensor();
-  }
-  void operator()() {
-    adam.zero_grad();
-    pipe.train_step(x, y, MeanSquaredError{});
-    adam.step();
-  }
-  mpp::models::MlpConfig cfg;
-  Pipe pipe;
-  torch::optim::Adam adam;
-  at::Tensor x, y;
-};
 
 /// Steps measured after the timed ones, each followed by its report: one step's bubble is one
 /// sample of a noisy quantity (a hiccup of a few hundred microseconds is 5 % of a course step).
@@ -144,7 +107,7 @@ constexpr ReportedFigure reported_figures[] = {
 template <class Pipe>
 void library(benchmark::State& state, const Config& c) {
   world->barrier();
-  LibraryStep<Pipe> step(c);
+  LibraryStep<Pipe> step(c, group_of<typename Pipe::comm_type::backend>());
   for (int i = 0; i < warmup_steps; ++i) step();
   for (auto _ : state) step();
   state.SetItemsProcessed(state.iterations() * c.batch);
@@ -249,7 +212,7 @@ template <class Backend>
 void paired_overhead(benchmark::State& state, const Config& c) {
   using Pipe = mpp::Pipeline<mpp::Uniform<P>, mpp::GPipe<M>, mpp::Async<Backend>>;
   world->barrier();
-  LibraryStep<Pipe> library_step(c);
+  LibraryStep<Pipe> library_step(c, group_of<Backend>());
   HandWrittenStep loop_step(c, group_of<Backend>());
   for (int i = 0; i < warmup_steps; ++i) {
     library_step();
@@ -419,22 +382,35 @@ int main(int argc, char** argv) {
   transports = &both;
   world = &both.gloo();
   const auto& group = both.gloo();
-  if (group.size() != P) {
+  // --costs-out DIR: measure the costs the searched schedules are found from, and stop.
+  std::string costs_out;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg(argv[i]);
+    if (arg == "--costs-out" && i + 1 < argc)
+      costs_out = argv[++i];
+    else if (arg.rfind("--costs-out=", 0) == 0)
+      costs_out = arg.substr(12);
+    // Only rank 0 reports: the other ranks drop --benchmark_out so that they do not write the
+    // same file at the same time.
+    else if (group.rank() == 0 || arg.rfind("--benchmark_out", 0) != 0)
+      args.push_back(argv[i]);
+  }
+  if (group.size() != P && group.size() != 4) {
     std::fprintf(stderr,
-                 "pipeline_bench runs on %d ranks: mpprun --nproc-per-node %d ./pipeline_bench\n",
-                 P, P);
+                 "pipeline_bench runs on 2 ranks (every benchmark) or 4 (the search matrix): "
+                 "mpprun --nproc-per-node 2 ./pipeline_bench\n");
     return 2;
   }
   if (group.rank() == 0)
     std::fprintf(stderr, "%s\n",
                  mpp::util::blas_report(mpp::util::detect_blas(), at::get_num_threads()).c_str());
-  register_all();
-  // Only rank 0 reports: the other ranks drop --benchmark_out so that they do not write the
-  // same file at the same time.
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i)
-    if (group.rank() == 0 || std::string(argv[i]).rfind("--benchmark_out", 0) != 0)
-      args.push_back(argv[i]);
+  if (!costs_out.empty()) {
+    mpp::bench::write_measured_costs(both, costs_out);
+    return 0;
+  }
+  if (group.size() == P) register_all();
+  mpp::bench::register_search_matrix(both);
   int arg_count = static_cast<int>(args.size());
   benchmark::Initialize(&arg_count, args.data());
   if (group.rank() == 0) {
