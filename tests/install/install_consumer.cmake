@@ -23,7 +23,8 @@ run(${CMAKE_COMMAND} --build ${build})
 run(${MPP_PREFIX}/bin/mpprun --nproc-per-node 2 --timeout 240 --log-dir ${build}/logs
     ${build}/mpp_consumer)
 message(STATUS "${run_output}")
-foreach(line "pipeline ok: Pipeline<" "ddp ok: DDP<")
+foreach(line "pipeline ok: Pipeline<Uniform<2>, OneFOneB<4>" "pipeline ok: Pipeline<Uniform<2>, Custom"
+             "ddp ok: DDP<")
   string(FIND "${run_output}" "${line}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "install.consumer: no '${line}' in the consumer's output")

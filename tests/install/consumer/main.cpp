@@ -1,6 +1,7 @@
 // A program of a project outside mpp's tree, built against the installed package: it trains a
-// model of its own through mpp::Pipeline and through mpp::DDP, and checks each against training
-// the same model in one process. Run on 2 ranks:
+// model of its own through mpp::Pipeline (1F1B, and a schedule this project's build searched
+// with mpp::mpp-schedule) and through mpp::DDP, and checks each against training the same model
+// in one process. Run on 2 ranks:
 //   mpprun --nproc-per-node 2 ./mpp_consumer
 // docs/using-mpp.md quotes its model.
 #include <torch/torch.h>
@@ -16,6 +17,7 @@
 #include "mpp/comm.hpp"
 #include "mpp/data_parallel.hpp"
 #include "mpp/pipeline.hpp"
+#include "searched_schedule.hpp"  // consumer::Searched, emitted by mpp-schedule at build time
 
 namespace {
 
@@ -104,9 +106,10 @@ void require_close(const std::vector<torch::Tensor>& got, const std::vector<torc
                                std::to_string((got[i] - want[i]).abs().max().item<double>()));
 }
 
-/// Two stages of two layers each, 1F1B over 4 micro-batches, sends posted over Gloo.
+/// Two stages of two layers each over 4 micro-batches (the schedule of `Pipe`), sends posted over
+/// Gloo.
+template <class Pipe>
 void train_pipeline(const mpp::Group<mpp::Gloo>& world) {
-  using Pipe = mpp::Pipeline<mpp::Uniform<2>, mpp::OneFOneB<4>, mpp::Async<mpp::Gloo>>;
   std::vector<double> expected;
   auto reference = train_alone(expected);
 
@@ -167,7 +170,9 @@ int main() {
   try {
     auto world = mpp::init_process_group();
     if (world.size() != 2) throw std::runtime_error("run on 2 ranks: mpprun --nproc-per-node 2");
-    train_pipeline(world);
+    train_pipeline<mpp::Pipeline<mpp::Uniform<2>, mpp::OneFOneB<4>, mpp::Async<mpp::Gloo>>>(world);
+    train_pipeline<mpp::Pipeline<mpp::Uniform<2>, consumer::Searched, mpp::Async<mpp::Gloo>>>(
+        world);
     train_ddp(world);
     return 0;
   } catch (const std::exception& e) {
