@@ -42,8 +42,12 @@ constexpr std::int64_t ring = static_cast<std::int64_t>(mpp::Shm::ring_bytes);
 /// sender, reinterpreted (floats keep finite values by masking the exponent's top bit).
 at::Tensor pattern(at::ScalarType dtype, std::int64_t numel, int sender, int seed) {
   const auto element = static_cast<std::int64_t>(c10::elementSize(dtype));
-  auto i = at::arange(numel * element, at::kLong);
-  auto bytes = ((i * 131 + sender * 71 + seed * 29) % 251).to(at::kByte);
+  // Byte i is (131 i + 71 sender + 29 seed) mod 251: one period of 251 bytes, repeated (a 64 MiB
+  // tensor's pattern computed in 64-bit integers took most of the test's time).
+  const std::int64_t n = numel * element;
+  const auto period =
+      ((at::arange(251, at::kLong) * 131 + sender * 71 + seed * 29) % 251).to(at::kByte);
+  auto bytes = period.repeat({(n + 250) / 251}).narrow(0, 0, n).contiguous();
   if (dtype == at::kBool) return bytes.remainder(2).to(at::kBool);
   if (at::isFloatingType(dtype) || at::isComplexType(dtype)) {
     // clear the top bit of every element's most significant byte: no NaN or infinity
