@@ -26,8 +26,47 @@
 
 namespace lab {
 
-/// The type of the job's process group, whatever mpp::init_process_group() returns.
-using World = decltype(mpp::init_process_group());
+/// The job's process group, whatever mpp::init_process_group() returns.
+using Group = decltype(mpp::init_process_group());
+
+/// The process group as a lab gets it: the job's group, every call of which is the library's,
+/// through which the check also sees when the lab starts its all-reduces (the ddp_hooks lab must
+/// start some while backward() is still running).
+class World : public Group {
+ public:
+  /// The all-reduces started through this World (or a copy of it) so far.
+  struct AllReduces {
+    int started = 0;
+    int during_backward = 0;  ///< started while autograd ran a backward on this thread
+  };
+
+  explicit World(const Group& group) : Group(group) {}
+
+  [[nodiscard]] mpp::Request iall_reduce(const at::Tensor& tensor,
+                                         mpp::ReduceOp op = mpp::ReduceOp::sum) const {
+    note_all_reduce();
+    return Group::iall_reduce(tensor, op);
+  }
+  void all_reduce(const at::Tensor& tensor, mpp::ReduceOp op = mpp::ReduceOp::sum) const {
+    note_all_reduce();
+    Group::all_reduce(tensor, op);
+  }
+  [[nodiscard]] mpp::Request iall_reduce_mean(const at::Tensor& tensor) const {
+    note_all_reduce();
+    return Group::iall_reduce_mean(tensor);
+  }
+  void all_reduce_mean(const at::Tensor& tensor) const {
+    note_all_reduce();
+    Group::all_reduce_mean(tensor);
+  }
+
+  AllReduces all_reduces() const { return *all_reduces_; }
+
+ private:
+  void note_all_reduce() const;  // data_parallel_check.cpp
+  std::shared_ptr<AllReduces> all_reduces_ = std::make_shared<AllReduces>();
+};
+
 /// A batch of the regression task: `inputs` and `targets`, both [rows, 32].
 using Batch = mpp::models::Batch;
 
