@@ -16,8 +16,10 @@
 //                                                                      [--both-send-first]
 #include <torch/nn/modules/container/sequential.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "mpp/comm/init.hpp"
 #include "mpp/models/mlp.hpp"
@@ -62,9 +64,22 @@ class World : public Group {
 
   AllReduces all_reduces() const { return *all_reduces_; }
 
+  [[nodiscard]] mpp::Request isend(const at::Tensor& tensor, int dst, int tag = 0) const {
+    sends_->push_back(tensor.numel());
+    return Group::isend(tensor, dst, tag);
+  }
+  void send(const at::Tensor& tensor, int dst, int tag = 0) const {
+    sends_->push_back(tensor.numel());
+    Group::send(tensor, dst, tag);
+  }
+
+  /// The number of elements of each message sent through this World (or a copy of it) so far.
+  std::vector<std::int64_t> sends() const { return *sends_; }
+
  private:
   void note_all_reduce() const;  // data_parallel_check.cpp
   std::shared_ptr<AllReduces> all_reduces_ = std::make_shared<AllReduces>();
+  std::shared_ptr<std::vector<std::int64_t>> sends_ = std::make_shared<std::vector<std::int64_t>>();
 };
 
 /// A batch of the regression task: `inputs` and `targets`, both [rows, 32].
@@ -133,5 +148,14 @@ int check_data_parallel(int argc, char** argv, const char* lab, DataParallelRefe
             [replica](const Batch& global_batch) { return replica->train_step(global_batch); });
       });
 }
+
+/// A lab's all-reduce: sums `buffer` (1-D, contiguous, float, its length a multiple of the number
+/// of ranks) in place over the ranks, every rank calling it with its own buffer.
+using AllReduce = std::function<void(const World& world, const at::Tensor& buffer)>;
+
+/// Runs the collective lab `lab` on the launched ranks and checks it against the library's
+/// all-reduce (the sums to 1e-6) and the traffic of a ring (each rank sends 2(P - 1) messages of
+/// n/P elements); returns main's exit code.
+int check_all_reduce(int argc, char** argv, const char* lab, const AllReduce& all_reduce);
 
 }  // namespace lab
