@@ -1,5 +1,6 @@
 // check_data_parallel (harness.hpp): the learner's data-parallel step against the monolith
 // trained on the whole global batch and against mpp::NaiveDP or mpp::DDP, on the same ranks.
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 
@@ -10,10 +11,19 @@
 
 namespace lab {
 
+void World::note_all_reduce() const {
+  ++all_reduces_->started;
+  // Autograd's engine runs a backward on the thread that called backward(), and a hook on a
+  // parameter inside it; the graph task it runs is set only then.
+  if (torch::autograd::get_current_graph_task_exec_info() != nullptr)
+    ++all_reduces_->during_backward;
+}
+
 namespace {
 
-check::Record train_learner(const World& world, const StartReplica& start,
-                            const check::Options& o) {
+/// The learner's training; `all_reduces` gets what each step started through the World.
+check::Record train_learner(const World& world, const StartReplica& start, const check::Options& o,
+                            std::vector<World::AllReduces>& all_reduces) {
   const auto cfg = check::model_config();
   auto model = mpp::models::make_full_mlp(cfg);
   auto step = start(world, model);
@@ -22,16 +32,40 @@ check::Record train_learner(const World& world, const StartReplica& start,
   for (int s = 0; s < o.steps; ++s) {
     const auto batch = mpp::models::make_regression_batch(cfg, check::batch_rows, s);
     optimizer.zero_grad();
+    const auto before = world.all_reduces();
     r.losses.push_back(step(batch));
+    const auto after = world.all_reduces();
+    all_reduces.push_back(
+        {after.started - before.started, after.during_backward - before.during_backward});
     optimizer.step();
   }
   check::record_layers(r, *model, 0);
   return r;
 }
 
+/// What DDP's hooks are for: each step starts some all-reduce before backward() returns, so that
+/// it travels while backward computes the earlier layers' gradients. Empty when every step does.
+std::string check_overlap(const std::vector<World::AllReduces>& all_reduces) {
+  std::string steps;
+  std::string started;
+  int failing = 0;
+  for (std::size_t s = 0; s < all_reduces.size(); ++s)
+    if (all_reduces[s].during_backward == 0) {
+      const char* comma = failing++ == 0 ? "" : ", ";
+      steps += comma + std::to_string(s);
+      started += comma + std::to_string(all_reduces[s].started);
+    }
+  if (failing == 0) return "";
+  return std::string("  step") + (failing > 1 ? "s " : " ") + steps +
+         ": no all-reduce started during backward() (" + started +
+         " started outside it); DDP starts each gradient's (or bucket's) all-reduce from its "
+         "hook, before backward() returns, so that it travels while the earlier layers' "
+         "gradients are computed\n";
+}
+
 /// mpp's data parallelism: `sync` runs after backward (NaiveDP), or nothing does (DDP's hooks).
 template <class Sync>
-check::Record train_reference(const World& world, torch::nn::Sequential& model, Sync sync,
+check::Record train_reference(const Group& world, torch::nn::Sequential& model, Sync sync,
                               const check::Options& o) {
   const auto cfg = check::model_config();
   auto optimizer = check::make_optimizer(model->parameters());
@@ -61,36 +95,41 @@ int check_data_parallel(int argc, char** argv, const char* lab, DataParallelRefe
   return guarded_main(lab, [&] {
     const auto o = check::parse(argc, argv, lab);
     at::set_num_threads(1);
-    auto world = mpp::init_process_group();
+    const auto group = mpp::init_process_group();
+    const World world(group);
     if (check::batch_rows % world.size() != 0)
       throw std::invalid_argument("runs on 1, 2, 4, 8 or 16 ranks (the global batch has " +
                                   std::to_string(check::batch_rows) + " rows)");
-    const auto mine = train_learner(world, start, o);
+    std::vector<World::AllReduces> all_reduces;
+    const auto mine = train_learner(world, start, o, all_reduces);
     const auto monolith = check::train_monolith(o, check::batch_rows);
     auto model = mpp::models::make_full_mlp(check::model_config());
     check::Record reference_record;
     std::string name;
     if (reference == DataParallelReference::naive_dp) {
       name = "mpp::NaiveDP<Blocking<Gloo>>";
-      mpp::NaiveDP<mpp::Blocking<mpp::Gloo>> dp(*model, world);
+      mpp::NaiveDP<mpp::Blocking<mpp::Gloo>> dp(*model, group);
       reference_record = train_reference(
-          world, model, [&] { dp.sync_gradients(); }, o);
+          group, model, [&] { dp.sync_gradients(); }, o);
     } else {
       // Small buckets, so that several all-reduces are in flight during backward.
       name = "mpp::DDP<Async<Gloo>>";
-      mpp::DDP<mpp::Async<mpp::Gloo>> ddp(*model, world, {.bucket_bytes = 8 * 1024});
+      mpp::DDP<mpp::Async<mpp::Gloo>> ddp(*model, group, {.bucket_bytes = 8 * 1024});
       reference_record = train_reference(
-          world, model, [] {}, o);
+          group, model, [] {}, o);
     }
     std::string problems;
     check::compare(mine, monolith, "the monolith", problems);
     check::compare(mine, reference_record, name, problems);
+    const bool ddp = reference == DataParallelReference::ddp;
+    if (ddp) problems += check_overlap(all_reduces);
     if (world.rank() == 0) check::print_losses(0, mine, monolith, reference_record, "mpp");
-    return check::verdict(world, lab, problems,
+    return check::verdict(group, lab, problems,
                           std::string(lab) + " on " + std::to_string(world.size()) + " ranks, " +
                               std::to_string(o.steps) +
                               " steps: the loss and every parameter equal the monolith's and " +
-                              name + "'s");
+                              name + "'s" +
+                              (ddp ? ", and each step started all-reduces during backward" : ""));
   });
 }
 

@@ -10,8 +10,8 @@
 //   scripts/check-lab ddp_hooks
 //
 // It trains 3 steps on 2 ranks and compares the loss and every parameter with the monolith's and
-// with mpp::DDP<Async<Gloo>>'s. The harness is in harness.hpp; one answer is in
-// solutions/ddp_hooks.cpp.
+// with mpp::DDP<Async<Gloo>>'s, and checks that each step starts all-reduces before backward()
+// returns. The harness is in harness.hpp; one answer is in solutions/ddp_hooks.cpp.
 #include <torch/nn/functional/loss.h>
 
 #include <vector>

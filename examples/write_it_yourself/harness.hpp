@@ -16,8 +16,10 @@
 //                                                                      [--both-send-first]
 #include <torch/nn/modules/container/sequential.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "mpp/comm/init.hpp"
 #include "mpp/models/mlp.hpp"
@@ -26,8 +28,60 @@
 
 namespace lab {
 
-/// The type of the job's process group, whatever mpp::init_process_group() returns.
-using World = decltype(mpp::init_process_group());
+/// The job's process group, whatever mpp::init_process_group() returns.
+using Group = decltype(mpp::init_process_group());
+
+/// The process group as a lab gets it: the job's group, every call of which is the library's,
+/// through which the check also sees when the lab starts its all-reduces (the ddp_hooks lab must
+/// start some while backward() is still running).
+class World : public Group {
+ public:
+  /// The all-reduces started through this World (or a copy of it) so far.
+  struct AllReduces {
+    int started = 0;
+    int during_backward = 0;  ///< started while autograd ran a backward on this thread
+  };
+
+  explicit World(const Group& group) : Group(group) {}
+
+  [[nodiscard]] mpp::Request iall_reduce(const at::Tensor& tensor,
+                                         mpp::ReduceOp op = mpp::ReduceOp::sum) const {
+    note_all_reduce();
+    return Group::iall_reduce(tensor, op);
+  }
+  void all_reduce(const at::Tensor& tensor, mpp::ReduceOp op = mpp::ReduceOp::sum) const {
+    note_all_reduce();
+    Group::all_reduce(tensor, op);
+  }
+  [[nodiscard]] mpp::Request iall_reduce_mean(const at::Tensor& tensor) const {
+    note_all_reduce();
+    return Group::iall_reduce_mean(tensor);
+  }
+  void all_reduce_mean(const at::Tensor& tensor) const {
+    note_all_reduce();
+    Group::all_reduce_mean(tensor);
+  }
+
+  AllReduces all_reduces() const { return *all_reduces_; }
+
+  [[nodiscard]] mpp::Request isend(const at::Tensor& tensor, int dst, int tag = 0) const {
+    sends_->push_back(tensor.numel());
+    return Group::isend(tensor, dst, tag);
+  }
+  void send(const at::Tensor& tensor, int dst, int tag = 0) const {
+    sends_->push_back(tensor.numel());
+    Group::send(tensor, dst, tag);
+  }
+
+  /// The number of elements of each message sent through this World (or a copy of it) so far.
+  std::vector<std::int64_t> sends() const { return *sends_; }
+
+ private:
+  void note_all_reduce() const;  // data_parallel_check.cpp
+  std::shared_ptr<AllReduces> all_reduces_ = std::make_shared<AllReduces>();
+  std::shared_ptr<std::vector<std::int64_t>> sends_ = std::make_shared<std::vector<std::int64_t>>();
+};
+
 /// A batch of the regression task: `inputs` and `targets`, both [rows, 32].
 using Batch = mpp::models::Batch;
 
@@ -94,5 +148,14 @@ int check_data_parallel(int argc, char** argv, const char* lab, DataParallelRefe
             [replica](const Batch& global_batch) { return replica->train_step(global_batch); });
       });
 }
+
+/// A lab's all-reduce: sums `buffer` (1-D, contiguous, float, its length a multiple of the number
+/// of ranks) in place over the ranks, every rank calling it with its own buffer.
+using AllReduce = std::function<void(const World& world, const at::Tensor& buffer)>;
+
+/// Runs the collective lab `lab` on the launched ranks and checks it against the library's
+/// all-reduce (the sums to 1e-6) and the traffic of a ring (each rank sends 2(P - 1) messages of
+/// n/P elements); returns main's exit code.
+int check_all_reduce(int argc, char** argv, const char* lab, const AllReduce& all_reduce);
 
 }  // namespace lab

@@ -167,7 +167,7 @@ check::Record train_learner(const World& world, const PipelineStep& step, const 
 
 /// mpp's pipeline of the same schedule.
 template <class Pipe>
-check::Record train_pipeline(const World& world, const check::Options& o, std::string& name) {
+check::Record train_pipeline(const Group& world, const check::Options& o, std::string& name) {
   const auto cfg = check::model_config();
   Pipe pipe(world, mpp::MlpModel{cfg});
   name = Pipe::name();
@@ -187,7 +187,7 @@ check::Record train_pipeline(const World& world, const check::Options& o, std::s
 }
 
 template <int P>
-check::Record train_reference(const World& world, PipelineReference reference,
+check::Record train_reference(const Group& world, PipelineReference reference,
                               const check::Options& o, std::string& name) {
   using Stages = mpp::Uniform<P>;
   constexpr int M = check::micro_batches;
@@ -215,7 +215,8 @@ int check_pipeline(int argc, char** argv, const char* lab, PipelineReference ref
   return guarded_main(lab, [&] {
     const auto o = check::parse(argc, argv, lab);
     at::set_num_threads(1);
-    auto world = mpp::init_process_group();
+    const auto group = mpp::init_process_group();
+    const World world(group);
     if (world.size() != 2 && world.size() != 4)
       throw std::invalid_argument("runs on 2 or 4 ranks (got " + std::to_string(world.size()) +
                                   "): mpprun --nproc-per-node 2 <this program>");
@@ -225,13 +226,13 @@ int check_pipeline(int argc, char** argv, const char* lab, PipelineReference ref
     std::string name;
     check::Record pipeline;
     mpp::with_ranks<2, 4>(world.size(), [&](auto ranks) {
-      pipeline = train_reference<decltype(ranks)::value>(world, reference, o, name);
+      pipeline = train_reference<decltype(ranks)::value>(group, reference, o, name);
     });
     check::compare(mine, monolith, "the monolith", problems);
     check::compare(mine, pipeline, name, problems);
     if (world.rank() == world.size() - 1)
       check::print_losses(world.rank(), mine, monolith, pipeline, "mpp");
-    return check::verdict(world, lab, problems,
+    return check::verdict(group, lab, problems,
                           std::string(lab) + " on " + std::to_string(world.size()) + " ranks, " +
                               std::to_string(o.steps) +
                               " steps: the loss and every parameter equal the monolith's and " +
