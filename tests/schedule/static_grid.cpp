@@ -2,8 +2,8 @@
 // is a knob), under both comm semantics: proven sound by the compiler where its family accepts
 // (P, M, V), with the figures the literature gives (each family's matches_literature) checked
 // on the same replay, and rejected by its generator where the family does not accept them.
-// docs/schedules.md quotes this TU's compile time (it builds as its own target:
-// mpp_schedule_static_grid).
+// docs/schedules.md quotes its compile time. It is compiled in parts, each the M of
+// [MPP_GRID_M_FIRST, MPP_GRID_M_LAST], side by side (target mpp_schedule_static_grid).
 #include <tuple>
 #include <utility>
 
@@ -60,7 +60,7 @@ constexpr bool prove_families(std::tuple<Families...>*) {
 // top-level declarations, not within one, so a single fold over all M would hold gigabytes.
 template <int M>
 constexpr bool prove_m() {
-  if constexpr (M > MPP_GRID_MAX_M)
+  if constexpr (M < MPP_GRID_M_FIRST || M > MPP_GRID_M_LAST)
     return true;
   else
     return prove_families<M>(static_cast<mpp::builtin_schedules*>(nullptr));
