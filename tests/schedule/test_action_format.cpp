@@ -32,6 +32,18 @@ constexpr Placement custom_map = [] {
 static_assert(custom_map.stage_of(0, 1) == 4 && custom_map.stage_of(2, 1) == 5 &&
               custom_map.chunk_of(3) == 1 && custom_map.rank_of(4) == 0);
 
+// How a stage meets its neighbours, the one answer lowering, verifier, search and executor use:
+// an edge at the pipeline's ends, the same rank (in memory), or a message to the holder.
+static_assert(vee.link(0, -1) == StageLink{} && vee.link(7, +1).is_edge());
+static_assert(vee.link(3, +1) == StageLink{LinkKind::same_rank, 4, 3, 1});  // the V's turn
+static_assert(vee.link(4, -1) == StageLink{LinkKind::same_rank, 3, 3, 0});
+static_assert(vee.link(0, +1) == StageLink{LinkKind::message, 1, 1, 0});
+static_assert(vee.link(7, -1) == StageLink{LinkKind::message, 6, 1, 1});
+// In the odd map stages 3 and 4 (ranks 1 and 0) meet by message, 4 and 5 (ranks 0 and 2) too.
+static_assert(custom_map.link(3, +1) == StageLink{LinkKind::message, 4, 0, 1});
+static_assert(custom_map.link(5, -1) == StageLink{LinkKind::message, 4, 0, 1});
+static_assert(interleaved_placement(1, 2).link(0, +1).is_same_rank());  // one rank, two chunks
+
 // Rows that name their stages carry their placement: a V on 2 ranks, written by stage.
 using namespace mpp::actions;
 inline constexpr Action v_rows[2][8] = {

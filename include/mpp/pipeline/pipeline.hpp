@@ -149,8 +149,8 @@ class Pipeline {
   /// The pipeline's group under its comm policy.
   const Communicator<Comm>& comm() const { return executor_->comm(); }
 
-  /// This rank's lowered table, as the executor runs it.
-  const std::vector<Action>& actions() const { return executor_->actions(); }
+  /// This rank's lowered row, as the executor runs it (the compiler's constant data).
+  std::span<const Action> actions() const { return executor_->actions(); }
   /// What the verifier proved and predicts for this schedule and comm policy, at unit costs:
   /// computed by the compiler (see `rows`).
   static constexpr const VerifyResult& predicted() { return rows::figures; }
@@ -179,26 +179,15 @@ class Pipeline {
     const int rank = group.rank();
     auto pieces = build_local_pieces<Stages>(model, rank, chunks_per_rank, &rows::placement);
 
-    detail::ExecutorConfig config;
-    config.pipeline_name = name();
-    config.schedule_name = schedule_display_name<Sched>();
-    config.ranks = ranks;
-    config.chunks_per_rank = chunks_per_rank;
-    config.micro_batches = micro_batches;
-    config.placement = rows::placement;
-    for (const auto& piece : pieces) {
-      config.expected_inputs.push_back(
-          ActivationSpec{model.dtype(), model.input_shape(piece.layers.begin)});
-      config.expected_outputs.push_back(
-          piece.layers.end < model.num_layers()
-              ? ActivationSpec{model.dtype(), model.input_shape(piece.layers.end)}
-              : ActivationSpec{});
-    }
-
-    const std::span<const Action> row = rows::row(rank);  // this rank's row, proven
-    auto executor = std::make_unique<executor_type>(Communicator<Comm>(std::move(group)),
-                                                    std::vector<Action>(row.begin(), row.end()),
-                                                    std::move(pieces), std::move(config));
+    std::vector<detail::ChunkShapes> shapes;
+    for (const auto& piece : pieces)
+      shapes.push_back({ActivationSpec{model.dtype(), model.input_shape(piece.layers.begin)},
+                        piece.layers.end < model.num_layers()
+                            ? ActivationSpec{model.dtype(), model.input_shape(piece.layers.end)}
+                            : ActivationSpec{}});
+    auto executor = std::make_unique<executor_type>(
+        Communicator<Comm>(std::move(group)), rows::rank_row(rank), std::move(pieces),
+        std::move(shapes), detail::PipelineNames{name(), schedule_display_name<Sched>()});
     return executor;
   }
 

@@ -27,11 +27,12 @@
 
 #include "mpp/partition/errors.hpp"
 #include "mpp/partition/model.hpp"
+#include "mpp/pipeline/chunk_shapes.hpp"
 #include "mpp/pipeline/layer_call.hpp"
 #include "mpp/pipeline/rng_state.hpp"
-#include "mpp/pipeline/stage_map.hpp"
 #include "mpp/pipeline/step_state.hpp"
 #include "mpp/schedule/action.hpp"
+#include "mpp/schedule/rank_row.hpp"
 #include "mpp/trace/recorder.hpp"
 
 namespace mpp::detail {
@@ -46,9 +47,9 @@ class StageCompute {
                 "segment) with this schedule, or a schedule without a split backward");
 
  public:
-  /// `map` and `recorder` belong to the executor and outlive this object.
-  StageCompute(std::vector<LocalPiece> pieces, const StageMap& map, trace::Recorder& recorder)
-      : pieces_(std::move(pieces)), map_(&map), recorder_(&recorder) {
+  /// `row` (the compiler's data) and `recorder` (the executor's) outlive this object.
+  StageCompute(std::vector<LocalPiece> pieces, const RankRow& row, trace::Recorder& recorder)
+      : pieces_(std::move(pieces)), row_(&row), recorder_(&recorder) {
     for (auto& piece : pieces_) {
       std::vector<LayerParams> layers;
       std::vector<LayerCall> calls;
@@ -67,7 +68,7 @@ class StageCompute {
         throw PartitionError("mpp: Recompute with " + std::to_string(Segments) +
                              " segments per stage needs at least that many layers with parameters "
                              "in each stage, but " +
-                             map_->stage_text(map_->stage_of(piece.chunk)) + " has " +
+                             stage_text(row_->chunk(piece.chunk).stage, row_->rank) + " has " +
                              std::to_string(layers.size()) +
                              "; use fewer segments or fewer stages");
       // Segment k > 0 starts at a layer with parameters: where a layer of the model begins, so
@@ -96,14 +97,15 @@ class StageCompute {
   template <class LossFn>
   void forward(const Action& a, at::Tensor x, Slot& s, Step& step, LossFn& loss_fn) {
     const auto t0 = recorder_->now();
-    const bool last = map_->is_last_stage(a.chunk);
+    const ChunkPlace& place = row_->chunk(a.chunk);
+    const bool last = place.is_last();
     at::Tensor out;
     if constexpr (Recompute) {
       c10::NoGradGuard no_grad;
-      s.checkpoints.clear();
+      s.graph.checkpoints.clear();
       out = std::move(x);
       for (int k = 0; k < Segments; ++k) {
-        s.checkpoints.push_back({out, capture_rng_state()});
+        s.graph.checkpoints.push_back({out, capture_rng_state()});
         const auto [first, end] = segment_layers(a.chunk, k);
         out = run_layers(a.chunk, first, end, out, false, s);
       }
@@ -111,22 +113,22 @@ class StageCompute {
         step.loss_sum += weighted_loss(loss_fn, out, a.micro_batch, step).template item<double>();
       pending_weak_.clear();
       hold(s, measure_held(s, {}));
-      s.graph_ready = false;
+      s.graph.ready = false;
     } else {
-      if (!map_->is_first_stage(a.chunk)) x.requires_grad_(true);
-      s.input = x;
+      if (!place.is_first()) x.requires_grad_(true);
+      s.graph.input = x;
       out = run_layers(a.chunk, 0, layer_count(a.chunk), x, SplitBackward, s);
       if (last) {
-        s.loss = weighted_loss(loss_fn, out, a.micro_batch, step);
-        step.loss_sum += s.loss.template item<double>();
+        s.graph.loss = weighted_loss(loss_fn, out, a.micro_batch, step);
+        step.loss_sum += s.graph.loss.template item<double>();
       }
       hold(s, measure_held(s, last ? at::Tensor() : out));
-      s.graph_ready = true;
+      s.graph.ready = true;
     }
     if (!last) {
-      s.output = out;
-      s.out_shape = out.sizes().vec();
-      s.out_dtype = out.scalar_type();
+      s.produced.output = out;
+      s.produced.output_shape = out.sizes().vec();
+      s.produced.output_dtype = out.scalar_type();
     }
     s.in_flight = true;
     recorder_->enter_flight();
@@ -134,62 +136,97 @@ class StageCompute {
                       recorder_->now());
   }
 
-  /// Throws unless the micro-batch's forward ran on this chunk (B or I may follow).
-  void check_forward_ran(const Action& a, const Slot& s) const {
-    if (!s.in_flight)
-      throw PipelineError("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
-                          std::to_string(a.micro_batch) + " on " +
-                          map_->stage_text(map_->stage_of(a.chunk)) +
-                          " before its forward; the table is invalid");
-  }
-
-  /// B (split = false): input and weight gradients. I (split = true): input gradient and the
-  /// gradient at every layer output, keeping the graph for W. `grad_out` is the gradient of the
-  /// stage's output (undefined on the last stage, whose root is the loss). The caller has
-  /// checked that the forward ran (check_forward_ran), before it took `grad_out`.
-  template <class LossFn>
-  void backward(const Action& a, const at::Tensor& grad_out, Slot& s, Step& step, LossFn& loss_fn,
-                bool split) {
+  /// B (`Split` false): input and weight gradients. I (`Split` true, only in a split-backward
+  /// schedule): input gradient and the gradient at every layer output, keeping the graph for W.
+  /// `grad_out` is the gradient of the stage's output (undefined on the last stage, whose root
+  /// is the loss).
+  template <bool Split, class LossFn>
+  void backward(const Action& a, const at::Tensor& grad_out, Slot& s, Step& step, LossFn& loss_fn) {
+    static_assert(SplitBackward || !Split, "mpp: I runs only in a split-backward schedule");
     if constexpr (Recompute)
-      if (!s.graph_ready) rebuild_segment(a, Segments - 1, s, step, loss_fn, split);
+      if (!s.graph.ready) rebuild_segment<Split>(a, Segments - 1, s, step, loss_fn);
     const auto t0 = recorder_->now();
-    const bool last = map_->is_last_stage(a.chunk);
-    const bool want_input = !map_->is_first_stage(a.chunk);
-    if (!split) {
+    const ChunkPlace& place = row_->chunk(a.chunk);
+    const bool last = place.is_last();
+    const bool want_input = !place.is_first();
+    if constexpr (!Split) {
       // One graph per recompute segment, last first: each segment's input gradient is the
       // output gradient of the one before it. Without Recompute there is one, the whole stage.
       at::Tensor grad = grad_out;
       for (int k = Recompute ? Segments - 1 : 0;; --k) {
         if (last && k == (Recompute ? Segments - 1 : 0))
-          torch::autograd::backward({s.loss});
+          torch::autograd::backward({s.graph.loss});
         else
-          torch::autograd::backward({s.output}, {grad});
+          torch::autograd::backward({s.produced.output}, {grad});
         if (k == 0) break;
-        grad = s.input.grad();
-        s.input = at::Tensor();
-        s.output = at::Tensor();
-        s.loss = at::Tensor();
+        grad = s.graph.input.grad();
+        s.graph.input = at::Tensor();
+        s.produced.output = at::Tensor();
+        s.graph.loss = at::Tensor();
         // Inside B's span, which records it: a recompute event of its own would count it twice.
-        rebuild_segment(a, k - 1, s, step, loss_fn, false, /*traced=*/false);
+        rebuild_segment<false>(a, k - 1, s, step, loss_fn, /*traced=*/false);
       }
-      if (want_input) s.input_grad = s.input.grad();
+      if (want_input) s.produced.input_grad = s.graph.input.grad();
       recorder_->record(trace::EventKind::backward, Op::B, a.micro_batch, a.chunk, -1, t0,
                         recorder_->now());
       finish(s, step);
-      return;
+    } else {
+      input_grad(a, grad_out, s, last, want_input, t0);
     }
-    // I: gradients w.r.t. the input and at every layer output, nothing accumulated into the
-    // parameters; the graph is kept for W.
-    const at::Tensor root = last ? s.loss : s.output;
+  }
+
+  // [quote:weight_grad]
+  /// W: each layer's parameter gradients from its own output gradient, through its local graph.
+  void weight_grad(const Action& a, Slot& s, Step& step) {
+    const auto t0 = recorder_->now();
+    const auto& layers = param_layers_[static_cast<std::size_t>(a.chunk)];
+    auto& engine = torch::autograd::Engine::get_default_engine();
+    for (std::size_t j = 0; j < s.graph.layer_edges.size(); ++j) {
+      if (!s.graph.layer_grads[j].defined()) continue;  // the layer does not reach the root
+      engine.execute({s.graph.layer_edges[j]}, {s.graph.layer_grads[j]}, /*keep_graph=*/false,
+                     /*create_graph=*/false, /*accumulate_grad=*/true, layers[j].param_edges);
+    }
+    recorder_->record(trace::EventKind::weight_grad, Op::W, a.micro_batch, a.chunk, -1, t0,
+                      recorder_->now());
+    const at::Tensor keep_input_grad = s.produced.input_grad;  // SEND_B may still come after W
+    finish(s, step);
+    s.produced.input_grad = keep_input_grad;
+  }
+  // [/quote:weight_grad]
+
+  /// The input of F when the previous stage is on this rank too: its output, handed over in
+  /// memory (detached: each stage's backward runs on its own graph, as across ranks).
+  at::Tensor take_local_activation(const Action& a, const ChunkPlace& place, Step& step,
+                                   const ActivationSpec& expected) const {
+    Slot& prev = step.slot(place.before.chunk, a.micro_batch);
+    at::Tensor x = prev.produced.output.detach();
+    check_fit(spec_of(x), expected, place.before, place.stage, row_->rank);
+    if constexpr (Recompute) prev.produced.output = at::Tensor();  // its backward recomputes it
+    return x;
+  }
+
+  /// The output gradient of B/I when the next stage is on this rank too: that stage's input
+  /// gradient.
+  at::Tensor take_local_gradient(const Action& a, const ChunkPlace& place, Step& step) const {
+    Slot& next = step.slot(place.after.chunk, a.micro_batch);
+    return std::exchange(next.produced.input_grad, at::Tensor());
+  }
+
+ private:
+  /// I: gradients w.r.t. the input and at every layer output, nothing accumulated into the
+  /// parameters; the graph is kept for W.
+  void input_grad(const Action& a, const at::Tensor& grad_out, Slot& s, bool last, bool want_input,
+                  trace::Recorder::clock::time_point t0) {
+    const at::Tensor root = last ? s.graph.loss : s.produced.output;
     const torch::autograd::Edge root_edge = torch::autograd::impl::gradient_edge(root);
     torch::autograd::edge_list wrt;
-    if (want_input) wrt.push_back(torch::autograd::impl::gradient_edge(s.input));
-    std::size_t root_index = s.layer_edges.size();  // a layer output that is the root itself
-    for (std::size_t j = 0; j < s.layer_edges.size(); ++j) {
-      if (!last && s.layer_edges[j] == root_edge)
+    if (want_input) wrt.push_back(torch::autograd::impl::gradient_edge(s.graph.input));
+    std::size_t root_index = s.graph.layer_edges.size();  // a layer output that is the root itself
+    for (std::size_t j = 0; j < s.graph.layer_edges.size(); ++j) {
+      if (!last && s.graph.layer_edges[j] == root_edge)
         root_index = j;
       else
-        wrt.push_back(s.layer_edges[j]);
+        wrt.push_back(s.graph.layer_edges[j]);
     }
     std::vector<at::Tensor> grads;
     if (!wrt.empty())
@@ -197,73 +234,21 @@ class StageCompute {
           {root_edge}, {last ? at::ones_like(root) : grad_out}, /*keep_graph=*/true,
           /*create_graph=*/false, /*accumulate_grad=*/false, wrt);
     std::size_t g = 0;
-    if (want_input) s.input_grad = grads[g++];
-    s.layer_grads.assign(s.layer_edges.size(), at::Tensor());
+    if (want_input) s.produced.input_grad = grads[g++];
+    s.graph.layer_grads.assign(s.graph.layer_edges.size(), at::Tensor());
     std::int64_t grad_bytes = 0;
-    for (std::size_t j = 0; j < s.layer_edges.size(); ++j) {
-      s.layer_grads[j] = j == root_index ? grad_out : grads[g++];
-      if (s.layer_grads[j].defined())
-        grad_bytes += static_cast<std::int64_t>(s.layer_grads[j].nbytes());
+    for (std::size_t j = 0; j < s.graph.layer_edges.size(); ++j) {
+      s.graph.layer_grads[j] = j == root_index ? grad_out : grads[g++];
+      if (s.graph.layer_grads[j].defined())
+        grad_bytes += static_cast<std::int64_t>(s.graph.layer_grads[j].nbytes());
     }
     hold(s, grad_bytes);
-    s.input_grad_done = true;
-    s.input = at::Tensor();  // the input gradient is out; only W's local graphs remain
+    s.graph.input_grad_done = true;
+    s.graph.input = at::Tensor();  // the input gradient is out; only W's local graphs remain
     recorder_->record(trace::EventKind::input_grad, Op::I, a.micro_batch, a.chunk, -1, t0,
                       recorder_->now());
   }
 
-  // [quote:weight_grad]
-  /// W: each layer's parameter gradients from its own output gradient, through its local graph.
-  void weight_grad(const Action& a, Slot& s, Step& step) {
-    if (!s.in_flight || !s.input_grad_done)
-      throw PipelineError("mpp: W of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                          map_->stage_text(map_->stage_of(a.chunk)) +
-                          " before its I; the table is invalid");
-    const auto t0 = recorder_->now();
-    const auto& layers = param_layers_[static_cast<std::size_t>(a.chunk)];
-    auto& engine = torch::autograd::Engine::get_default_engine();
-    for (std::size_t j = 0; j < s.layer_edges.size(); ++j) {
-      if (!s.layer_grads[j].defined()) continue;  // the layer does not reach the root
-      engine.execute({s.layer_edges[j]}, {s.layer_grads[j]}, /*keep_graph=*/false,
-                     /*create_graph=*/false, /*accumulate_grad=*/true, layers[j].param_edges);
-    }
-    recorder_->record(trace::EventKind::weight_grad, Op::W, a.micro_batch, a.chunk, -1, t0,
-                      recorder_->now());
-    const at::Tensor keep_input_grad = s.input_grad;  // SEND_B may still come after W
-    finish(s, step);
-    s.input_grad = keep_input_grad;
-  }
-  // [/quote:weight_grad]
-
-  /// The input of F when the previous stage is on this rank too: its output, handed over in
-  /// memory (detached: each stage's backward runs on its own graph, as across ranks).
-  at::Tensor take_local_activation(const Action& a, Step& step,
-                                   const ActivationSpec& expected) const {
-    const int from = map_->neighbour_chunk(a.chunk, -1);
-    Slot& prev = step.slot(from, a.micro_batch);
-    if (!prev.output.defined())
-      throw PipelineError("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                          map_->stage_text(map_->stage_of(a.chunk)) + " before F on " +
-                          map_->stage_text(map_->stage_of(from)) + "; the table is invalid");
-    at::Tensor x = prev.output.detach();
-    map_->check_fit(spec_of(x), expected, map_->stage_of(from), map_->stage_of(a.chunk));
-    if constexpr (Recompute) prev.output = at::Tensor();  // its backward recomputes it
-    return x;
-  }
-
-  /// The output gradient of B/I when the next stage is on this rank too: that stage's input
-  /// gradient.
-  at::Tensor take_local_gradient(const Action& a, Step& step) const {
-    Slot& next = step.slot(map_->neighbour_chunk(a.chunk, +1), a.micro_batch);
-    if (!next.input_grad.defined())
-      throw PipelineError("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
-                          std::to_string(a.micro_batch) + " on " +
-                          map_->stage_text(map_->stage_of(a.chunk)) + " before the backward of " +
-                          map_->stage_text(map_->stage_of(a.chunk) + 1) + "; the table is invalid");
-    return std::exchange(next.input_grad, at::Tensor());
-  }
-
- private:
   struct LayerParams {
     int index;                               // position in the piece's Sequential
     std::vector<at::Tensor> params;          // what W accumulates into
@@ -282,12 +267,12 @@ class StageCompute {
     const auto& layers = param_layers_[static_cast<std::size_t>(chunk)];
     pending_weak_.clear();  // reused: no allocation per forward once it has grown
     std::size_t next_param_layer = 0;
-    if (record) s.layer_edges.clear();
+    if (record) s.graph.layer_edges.clear();
     for (int index = first; index < end; ++index) {
       x = calls[static_cast<std::size_t>(index)](x);
       if (x.has_storage()) pending_weak_.push_back(x.storage().getWeakStorageImpl());
       if (record && next_param_layer < layers.size() && layers[next_param_layer].index == index) {
-        s.layer_edges.push_back(torch::autograd::impl::gradient_edge(x));
+        s.graph.layer_edges.push_back(torch::autograd::impl::gradient_edge(x));
         ++next_param_layer;
       }
     }
@@ -309,31 +294,33 @@ class StageCompute {
   // [quote:rebuild_graph]
   /// Under Recompute: segment `k`'s forward again from its checkpoint, this time with the graph
   /// (and the layer outputs if split), drawing the same random numbers as the first time.
-  /// `traced`: recorded as a recompute event (not when it runs inside a recorded backward).
-  template <class LossFn>
+  /// `Split`: for an I (keeps the layer outputs for W). `traced`: recorded as a recompute event
+  /// (not when it runs inside a recorded backward).
+  template <bool Split, class LossFn>
   void rebuild_segment(const Action& a, int k, Slot& s, const Step& step, LossFn& loss_fn,
-                       bool split, bool traced = true) {
+                       bool traced = true) {
+    const ChunkPlace& place = row_->chunk(a.chunk);
     const auto t0 = recorder_->now();
-    Checkpoint from = std::move(s.checkpoints.back());  // segments are rebuilt last first
-    s.checkpoints.pop_back();
+    Checkpoint from = std::move(s.graph.checkpoints.back());  // segments are rebuilt last first
+    s.graph.checkpoints.pop_back();
     at::Tensor x = from.input.detach();
-    if (k > 0 || !map_->is_first_stage(a.chunk)) x.requires_grad_(true);
-    s.input = x;
+    if (k > 0 || !place.is_first()) x.requires_grad_(true);
+    s.graph.input = x;
     at::Tensor out;
     {
       RngReplay same_draws(from.rng_state);
       const auto [first, end] = segment_layers(a.chunk, k);
-      out = run_layers(a.chunk, first, end, x, split, s);
+      out = run_layers(a.chunk, first, end, x, Split, s);
     }
-    const bool root_is_loss = map_->is_last_stage(a.chunk) && k == Segments - 1;
+    const bool root_is_loss = place.is_last() && k == Segments - 1;
     if (root_is_loss)
-      s.loss = weighted_loss(loss_fn, out, a.micro_batch, step);
+      s.graph.loss = weighted_loss(loss_fn, out, a.micro_batch, step);
     else
-      s.output = out;
-    recorder_->release(s.held_bytes);
-    s.held_bytes = 0;
+      s.produced.output = out;
+    recorder_->release(s.graph.held_bytes);
+    s.graph.held_bytes = 0;
     hold(s, measure_held(s, root_is_loss ? at::Tensor() : out));
-    s.graph_ready = true;
+    s.graph.ready = true;
     if (traced)
       recorder_->record(trace::EventKind::recompute, Op::F, a.micro_batch, a.chunk, -1, t0,
                         recorder_->now());
@@ -360,8 +347,8 @@ class StageCompute {
         add(t.storage().unsafeGetStorageImpl(),
             static_cast<std::int64_t>(t.numel() * t.element_size()));
     };
-    add_tensor(s.input);
-    for (const Checkpoint& c : s.checkpoints) add_tensor(c.input);
+    add_tensor(s.graph.input);
+    for (const Checkpoint& c : s.graph.checkpoints) add_tensor(c.input);
     add_tensor(keep_output);
     for (auto& weak : pending_weak_) {
       auto strong = weak.lock();
@@ -372,7 +359,7 @@ class StageCompute {
   }
 
   void hold(Slot& s, std::int64_t bytes) {
-    s.held_bytes += bytes;
+    s.graph.held_bytes += bytes;
     recorder_->hold(bytes);
   }
 
@@ -382,29 +369,29 @@ class StageCompute {
   /// while this rank waits for a message anyway, or with the step's state when train_step
   /// returns, after the step's last message.
   void finish(Slot& s, Step& step) {
-    recorder_->release(s.held_bytes);
-    s.held_bytes = 0;
+    recorder_->release(s.graph.held_bytes);
+    s.graph.held_bytes = 0;
     if (s.in_flight) {
       recorder_->leave_flight();
       s.in_flight = false;
     }
     Released& r = step.released;
-    for (at::Tensor* t : {&s.input, &s.output, &s.loss})
+    for (at::Tensor* t : {&s.graph.input, &s.produced.output, &s.graph.loss})
       if (t->defined()) r.tensors.push_back(std::exchange(*t, at::Tensor()));
-    for (auto& g : s.layer_grads)
+    for (auto& g : s.graph.layer_grads)
       if (g.defined()) r.tensors.push_back(std::move(g));
-    s.layer_grads.clear();
-    s.checkpoints.clear();
-    if (!s.layer_edges.empty()) r.edges.push_back(std::exchange(s.layer_edges, {}));
-    s.graph_ready = false;
-    s.input_grad_done = false;
+    s.graph.layer_grads.clear();
+    s.graph.checkpoints.clear();
+    if (!s.graph.layer_edges.empty()) r.edges.push_back(std::exchange(s.graph.layer_edges, {}));
+    s.graph.ready = false;
+    s.graph.input_grad_done = false;
   }
 
   std::vector<LocalPiece> pieces_;
   std::vector<std::vector<LayerParams>> param_layers_;
   std::vector<std::vector<LayerCall>> layer_calls_;  // per piece, one per module, in order
   std::vector<std::vector<int>> segment_starts_;     // per piece: Segments + 1 module indices
-  const StageMap* map_;
+  const RankRow* row_;
   trace::Recorder* recorder_;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> pending_weak_;
   std::vector<const c10::StorageImpl*> seen_storages_;

@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "mpp/comm/communicator.hpp"
-#include "mpp/pipeline/executor_config.hpp"
+#include "mpp/pipeline/chunk_shapes.hpp"
+#include "mpp/pipeline/message_tags.hpp"
 #include "mpp/pipeline/shape_header.hpp"
-#include "mpp/pipeline/stage_map.hpp"
 #include "mpp/pipeline/step_state.hpp"
 #include "mpp/schedule/action.hpp"
+#include "mpp/schedule/rank_row.hpp"
 #include "mpp/trace/recorder.hpp"
 
 namespace mpp::detail {
@@ -28,10 +29,15 @@ class StageLinks {
   /// Whether a send returns only once its message is out (and a receive once it is in).
   static constexpr bool blocking = Communicator<C>::blocking;
 
-  /// `map`, `config` and `recorder` belong to the executor and outlive this object.
-  StageLinks(Communicator<C> comm, const StageMap& map, const ExecutorConfig& config,
-             trace::Recorder& recorder)
-      : comm_(std::move(comm)), map_(&map), config_(&config), recorder_(&recorder) {}
+  /// `row` (the compiler's data), `shapes`, `schedule_name` and `recorder` (the executor's)
+  /// outlive this object.
+  StageLinks(Communicator<C> comm, const RankRow& row, const std::vector<ChunkShapes>& shapes,
+             const std::string& schedule_name, trace::Recorder& recorder)
+      : comm_(std::move(comm)),
+        row_(&row),
+        shapes_(&shapes),
+        schedule_name_(&schedule_name),
+        recorder_(&recorder) {}
 
   Communicator<C>& comm() { return comm_; }
   const Communicator<C>& comm() const { return comm_; }
@@ -45,16 +51,16 @@ class StageLinks {
   void send_headers(Step& step, int only_chunk = -1) {
     for (std::size_t c = 0; c < step.in_links.size(); ++c) {
       const int chunk = static_cast<int>(c);
-      if ((only_chunk >= 0 && chunk != only_chunk) || map_->is_last_stage(chunk) ||
-          map_->local_neighbour(chunk, +1) || step.header_sent[c])
+      const ChunkPlace& place = row_->chunk(chunk);
+      if ((only_chunk >= 0 && chunk != only_chunk) || !place.after.is_message() ||
+          step.header_sent[c])
         continue;
       ShapeHeader h;
-      h.sender_stage = map_->stage_of(chunk);
+      h.sender_stage = place.stage;
       h.batch = step.plan.batch;
-      h.micro_batches = config_->micro_batches;
-      h.spec = config_->expected_outputs[c];
-      const int peer = map_->neighbour_rank(chunk, +1);
-      step.pending_sends.add(comm_.send(h.encode(), peer, header_tag(map_->stage_of(chunk))));
+      h.micro_batches = row_->micro_batches;
+      h.spec = (*shapes_)[c].output;
+      step.pending_sends.add(comm_.send(h.encode(), place.after.rank, header_tag(place.stage)));
       step.header_sent[c] = true;
     }
   }
@@ -62,24 +68,21 @@ class StageLinks {
   /// SEND_F: the micro-batch's output to the next stage, checked against the announced shape.
   void send_activation(const Action& a, Step& step, bool drop_output) {
     Slot& s = step.slot(a.chunk, a.micro_batch);
-    if (!s.output.defined())
-      throw PipelineError("mpp: SEND_F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                          map_->stage_text(a.stage) + " before its forward; the table is invalid");
     const auto t0 = recorder_->now();
     const std::size_t chunk = static_cast<std::size_t>(a.chunk);
-    at::Tensor wire = s.output.detach();
+    at::Tensor wire = s.produced.output.detach();
     const ActivationSpec produced = spec_of(wire);
-    if (produced != config_->expected_outputs[chunk])
+    if (produced != (*shapes_)[chunk].output)
       throw PipelineError(
-          "mpp: " + map_->stage_text(a.stage + 1) + " expects activations " +
-          to_string(config_->expected_outputs[chunk]) + " but " + map_->stage_text(a.stage) +
+          "mpp: " + stage_text(a.stage + 1, a.peer) + " expects activations " +
+          to_string((*shapes_)[chunk].output) + " but " + stage_text(a.stage, row_->rank) +
           " produces " + to_string(produced) +
           "; the stages do not fit together: check the partition and the layer sizes at the cut "
           "(the model's input_shape of the next stage's first layer)");
     if (!step.header_sent[chunk]) send_headers(step, a.chunk);
     step.pending_sends.add(
-        comm_.send(wire, a.peer, activation_tag(a.stage, a.micro_batch, map_->stages)));
-    if (drop_output) s.output = at::Tensor();  // the Request keeps the bytes until sent
+        comm_.send(wire, a.peer, activation_tag(a.stage, a.micro_batch, row_->stages)));
+    if (drop_output) s.produced.output = at::Tensor();  // the Request keeps the bytes until sent
     recorder_->record(trace::EventKind::send, Op::SEND_F, a.micro_batch, a.chunk, a.peer, t0,
                       recorder_->now());
   }
@@ -87,13 +90,10 @@ class StageLinks {
   /// SEND_B: the micro-batch's input gradient to the previous stage.
   void send_gradient(const Action& a, Step& step) {
     Slot& s = step.slot(a.chunk, a.micro_batch);
-    if (!s.input_grad.defined())
-      throw PipelineError("mpp: SEND_B of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                          map_->stage_text(a.stage) + " before its backward; the table is invalid");
     const auto t0 = recorder_->now();
-    step.pending_sends.add(
-        comm_.send(s.input_grad, a.peer, gradient_tag(a.stage - 1, a.micro_batch, map_->stages)));
-    s.input_grad = at::Tensor();
+    step.pending_sends.add(comm_.send(s.produced.input_grad, a.peer,
+                                      gradient_tag(a.stage - 1, a.micro_batch, row_->stages)));
+    s.produced.input_grad = at::Tensor();
     recorder_->record(trace::EventKind::send, Op::SEND_B, a.micro_batch, a.chunk, a.peer, t0,
                       recorder_->now());
   }
@@ -116,7 +116,7 @@ class StageLinks {
       if (blocking || a.chunk == 0) {
         read_header(a.chunk, a.peer, step);
       } else {
-        s.recv_deferred = true;
+        s.posted.activation_deferred = true;
         return;
       }
     }
@@ -128,39 +128,24 @@ class StageLinks {
 
   /// The input of F(stage > 0) from another rank: waits for the receive (reading the header
   /// first if needed).
-  at::Tensor take_activation(const Action& a, Step& step) {
+  at::Tensor take_activation(const Action& a, const ChunkPlace& place, Step& step) {
     Slot& s = step.slot(a.chunk, a.micro_batch);
-    const int peer = map_->neighbour_rank(a.chunk, -1);
+    const int peer = place.before.rank;
     const auto t0 = recorder_->now();
-    InLink& link = step.in_link(a.chunk);
-    if (!link.known) {
-      if (!link.header_posted)
-        throw PipelineError("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                            map_->stage_text(map_->stage_of(a.chunk)) +
-                            " without a RECV_F before it; the table is not lowered");
-      read_header(a.chunk, peer, step);
-    }
-    if (!s.recv_buffer.defined())
-      throw PipelineError("mpp: F of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                          map_->stage_text(map_->stage_of(a.chunk)) +
-                          " without its RECV_F; the table is not lowered");
-    step.free_released_while(s.recv_request);
-    s.recv_request.wait();
+    if (!step.in_link(a.chunk).known) read_header(a.chunk, peer, step);
+    step.free_released_while(s.posted.activation_request);
+    s.posted.activation_request.wait();
     if constexpr (!blocking)
       recorder_->record(trace::EventKind::recv_wait, Op::RECV_F, a.micro_batch, a.chunk, peer, t0,
                         recorder_->now());
-    return std::exchange(s.recv_buffer, at::Tensor());
+    return std::exchange(s.posted.activation, at::Tensor());
   }
 
   /// RECV_B: the gradient has the shape of this micro-batch's output, known once F ran.
   void post_gradient_recv(const Action& a, Step& step) {
     Slot& s = step.slot(a.chunk, a.micro_batch);
-    if (!s.in_flight) {
-      if constexpr (blocking)
-        throw PipelineError("mpp: RECV_B of micro-batch " + std::to_string(a.micro_batch) + " on " +
-                            map_->stage_text(a.stage) +
-                            " before its forward; the table is invalid");
-      s.grad_deferred = true;
+    if (!s.in_flight) {  // async only: blocking rows receive after the forward (proven)
+      s.posted.gradient_deferred = true;
       return;
     }
     const auto t0 = recorder_->now();
@@ -172,28 +157,24 @@ class StageLinks {
 
   /// Posts the receive of the micro-batch's output gradient (its forward has run).
   void post_gradient_buffer(int chunk, int micro_batch, Slot& s) {
-    const int peer = map_->neighbour_rank(chunk, +1);
-    s.grad_buffer = at::empty(s.out_shape, at::TensorOptions().dtype(s.out_dtype));
-    s.grad_request = comm_.recv(s.grad_buffer, peer,
-                                gradient_tag(map_->stage_of(chunk), micro_batch, map_->stages));
-    s.grad_deferred = false;
+    const ChunkPlace& place = row_->chunk(chunk);
+    s.posted.gradient =
+        at::empty(s.produced.output_shape, at::TensorOptions().dtype(s.produced.output_dtype));
+    s.posted.gradient_request = comm_.recv(s.posted.gradient, place.after.rank,
+                                           gradient_tag(place.stage, micro_batch, row_->stages));
+    s.posted.gradient_deferred = false;
   }
 
   /// The output gradient of B/I from another rank: waits for the receive.
-  at::Tensor take_gradient(const Action& a, Step& step) {
+  at::Tensor take_gradient(const Action& a, const ChunkPlace& place, Step& step) {
     Slot& s = step.slot(a.chunk, a.micro_batch);
-    if (!s.grad_buffer.defined())
-      throw PipelineError("mpp: " + std::string(to_string(a.op)) + " of micro-batch " +
-                          std::to_string(a.micro_batch) + " on " +
-                          map_->stage_text(map_->stage_of(a.chunk)) +
-                          " without its RECV_B; the table is not lowered");
     const auto t0 = recorder_->now();
-    step.free_released_while(s.grad_request);
-    s.grad_request.wait();
+    step.free_released_while(s.posted.gradient_request);
+    s.posted.gradient_request.wait();
     if constexpr (!blocking)
       recorder_->record(trace::EventKind::recv_wait, Op::RECV_B, a.micro_batch, a.chunk,
-                        map_->neighbour_rank(a.chunk, +1), t0, recorder_->now());
-    return std::exchange(s.grad_buffer, at::Tensor());
+                        place.after.rank, t0, recorder_->now());
+    return std::exchange(s.posted.gradient, at::Tensor());
   }
 
  private:
@@ -202,33 +183,35 @@ class StageLinks {
   void read_header(int chunk, int peer, Step& step) {
     InLink& link = step.in_link(chunk);
     link.header_request.wait();
-    const int stage = map_->stage_of(chunk);
+    const ChunkPlace& place = row_->chunk(chunk);
+    const int stage = place.stage;
     const ShapeHeader h = ShapeHeader::decode(link.header_buffer, stage - 1, stage);
-    map_->check_fit(h.spec, config_->expected_inputs[static_cast<std::size_t>(chunk)], stage - 1,
-                    stage);
-    if (h.micro_batches != config_->micro_batches)
-      throw PipelineError("mpp: " + map_->stage_text(stage) + " runs " +
-                          std::to_string(config_->micro_batches) + " micro-batches but " +
-                          map_->stage_text(stage - 1) + " runs " + std::to_string(h.micro_batches) +
+    check_fit(h.spec, (*shapes_)[static_cast<std::size_t>(chunk)].input, place.before, stage,
+              row_->rank);
+    // Another rank's type is run-time input: a rank built with another Pipeline type says so.
+    if (h.micro_batches != row_->micro_batches)
+      throw PipelineError("mpp: " + stage_text(stage, row_->rank) + " runs " +
+                          std::to_string(row_->micro_batches) + " micro-batches but " +
+                          stage_text(stage - 1, peer) + " runs " + std::to_string(h.micro_batches) +
                           "; every rank must build the same Pipeline type");
     if (!step.plan_known) {
-      step.set_plan(h.batch, config_->schedule_name);
+      step.set_plan(h.batch, *schedule_name_);
       if constexpr (!blocking) send_headers(step);  // pass the plan on at once
     } else if (h.batch != step.plan.batch) {
-      throw PipelineError("mpp: " + map_->stage_text(stage - 1) + " sends a batch of " +
-                          std::to_string(h.batch) + " samples but " + map_->stage_text(stage) +
-                          " has " + std::to_string(step.plan.batch) +
-                          (map_->holds_last_stage() ? " targets" : " inputs") +
-                          "; pass inputs and targets of the same batch on every rank");
+      throw PipelineError(
+          "mpp: " + stage_text(stage - 1, peer) + " sends a batch of " + std::to_string(h.batch) +
+          " samples but " + stage_text(stage, row_->rank) + " has " +
+          std::to_string(step.plan.batch) + (row_->holds_last_stage() ? " targets" : " inputs") +
+          "; pass inputs and targets of the same batch on every rank");
     }
-    if (map_->holds_last_stage() && step.target_chunks.empty())
+    if (row_->holds_last_stage() && step.target_chunks.empty())
       step.target_chunks = split_micro_batches(step.targets, step.plan);
     link.spec = h.spec;
     link.known = true;
     // The link's shape is known: post the data receives that waited for it.
-    for (int mb = 0; mb < config_->micro_batches; ++mb) {
+    for (int mb = 0; mb < row_->micro_batches; ++mb) {
       Slot& other = step.slot(chunk, mb);
-      if (other.recv_deferred) post_activation_buffer(chunk, mb, peer, other, step);
+      if (other.posted.activation_deferred) post_activation_buffer(chunk, mb, peer, other, step);
     }
   }
 
@@ -236,15 +219,17 @@ class StageLinks {
     const InLink& link = step.in_link(chunk);
     std::vector<std::int64_t> shape{step.plan.sizes[static_cast<std::size_t>(micro_batch)]};
     shape.insert(shape.end(), link.spec.per_sample.begin(), link.spec.per_sample.end());
-    s.recv_buffer = at::empty(shape, at::TensorOptions().dtype(link.spec.dtype));
-    s.recv_request = comm_.recv(
-        s.recv_buffer, peer, activation_tag(map_->stage_of(chunk) - 1, micro_batch, map_->stages));
-    s.recv_deferred = false;
+    s.posted.activation = at::empty(shape, at::TensorOptions().dtype(link.spec.dtype));
+    s.posted.activation_request =
+        comm_.recv(s.posted.activation, peer,
+                   activation_tag(row_->chunk(chunk).stage - 1, micro_batch, row_->stages));
+    s.posted.activation_deferred = false;
   }
 
   Communicator<C> comm_;
-  const StageMap* map_;
-  const ExecutorConfig* config_;
+  const RankRow* row_;
+  const std::vector<ChunkShapes>* shapes_;
+  const std::string* schedule_name_;
   trace::Recorder* recorder_;
 };
 

@@ -25,31 +25,48 @@ struct Checkpoint {
   at::Tensor rng_state;  // the generator's state there: the recompute draws the same masks
 };
 
-/// One micro-batch on one local chunk.
-struct Slot {
+/// What the compute keeps of one micro-batch on one chunk for its backward (StageCompute's).
+struct SlotGraph {
   // Input of the graph the backward runs through (a leaf that requires grad, except on stage 0);
   // under Recompute, the input of the segment rebuilt last.
   at::Tensor input;
   std::vector<Checkpoint> checkpoints;  // under Recompute: one per segment not yet rebuilt
-  at::Tensor output;       // graph root of a middle stage; under Recompute only kept until sent
-  at::Tensor loss;         // weighted loss (last stage)
-  at::Tensor input_grad;   // what SEND_B sends
-  at::Tensor recv_buffer;  // where RECV_F lands
-  at::Tensor grad_buffer;  // where RECV_B lands
-  Request recv_request;
-  Request grad_request;
-  bool recv_deferred = false;           // RECV_F seen before the link's shape was known
-  bool grad_deferred = false;           // RECV_B seen before this micro-batch's forward
-  bool graph_ready = false;             // the autograd graph for the backward exists
-  bool input_grad_done = false;         // split backward: I ran, W may follow
-  std::vector<std::int64_t> out_shape;  // shape of the output (what RECV_B receives)
-  c10::ScalarType out_dtype = c10::kFloat;
+  at::Tensor loss;                      // weighted loss, the root on the last stage
   // Split backward: where each layer with parameters hands its output to the graph (an edge,
   // not the tensor, so that its bytes are not kept alive) and the gradient there (after I).
   torch::autograd::edge_list layer_edges;
   std::vector<at::Tensor> layer_grads;
-  std::int64_t held_bytes = 0;
-  bool in_flight = false;
+  std::int64_t held_bytes = 0;   // activation bytes counted for this micro-batch
+  bool ready = false;            // the autograd graph for the backward exists
+  bool input_grad_done = false;  // split backward: I ran, W may follow
+};
+
+/// What one micro-batch's compute on one chunk produced for the neighbouring stages: handed over
+/// in memory on the same rank or sent.
+struct SlotOutputs {
+  at::Tensor output;  // F's output (the graph's root on a middle stage); under Recompute only
+                      // kept until sent
+  std::vector<std::int64_t> output_shape;  // what RECV_B receives
+  c10::ScalarType output_dtype = c10::kFloat;
+  at::Tensor input_grad;  // B's or I's gradient of the input, what SEND_B sends
+};
+
+/// The receives posted for one micro-batch on one chunk (StageLinks').
+struct SlotReceives {
+  at::Tensor activation;  // where RECV_F lands
+  Request activation_request;
+  bool activation_deferred = false;  // RECV_F seen before the link's shape was known
+  at::Tensor gradient;               // where RECV_B lands
+  Request gradient_request;
+  bool gradient_deferred = false;  // RECV_B seen before this micro-batch's forward
+};
+
+/// One micro-batch on one local chunk.
+struct Slot {
+  SlotGraph graph;         // kept for the backward
+  SlotOutputs produced;    // for the neighbouring stages
+  SlotReceives posted;     // messages on their way in
+  bool in_flight = false;  // F ran and the backward has not finished
 };
 
 /// An incoming link (the stage before a local chunk, on another rank) during one step.

@@ -8,6 +8,7 @@
 
 #include "mpp/schedule/concepts.hpp"
 #include "mpp/schedule/plan.hpp"
+#include "mpp/schedule/rank_row.hpp"
 
 namespace mpp {
 
@@ -63,6 +64,32 @@ requires detail::has_comm_semantics<Comm> &&(P >= 1 && P <= max_ranks) struct Co
   static constexpr std::span<const Action> row(int rank) {
     return {actions.data() + offsets[rank],
             static_cast<std::size_t>(offsets[rank + 1] - offsets[rank])};
+  }
+
+  /// Chunks per rank (V).
+  static constexpr int chunks_per_rank = placement.chunks_per_rank;
+
+  /// Every rank's chunks, rank 0's first: the stage each holds and how it meets its neighbours.
+  static constexpr std::array<ChunkPlace, P* chunks_per_rank> places = [] {
+    std::array<ChunkPlace, P * chunks_per_rank> out{};
+    for (int r = 0; r < P; ++r)
+      for (int c = 0; c < chunks_per_rank; ++c) {
+        const int stage = placement.stage_of(r, c);
+        out[static_cast<std::size_t>(r * chunks_per_rank + c)] = {stage, placement.link(stage, -1),
+                                                                  placement.link(stage, +1)};
+      }
+    return out;
+  }();
+
+  /// Everything `rank` runs and needs to know of the schedule: its row, its chunks, P, M.
+  static constexpr RankRow rank_row(int rank) {
+    return {row(rank),
+            {places.data() + rank * chunks_per_rank, static_cast<std::size_t>(chunks_per_rank)},
+            rank,
+            P,
+            P * chunks_per_rank,
+            Sched::micro_batches,
+            placement.rank_of(P * chunks_per_rank - 1)};
   }
 };
 

@@ -45,18 +45,16 @@ constexpr void copy_table(ScheduleTable& out, const ScheduleTable& in) {
 
 /// The rank of `stage`'s neighbour `stage + step` when another rank holds it; -1 when there is
 /// no such stage or this rank holds it too (the value is handed over without a message).
-constexpr int remote_neighbour(const ScheduleTable& t, int rank, int stage, int step) {
-  const int other = stage + step;
-  if (other < 0 || other >= t.stages()) return -1;
-  const int holder = t.rank_of(other);
-  return holder == rank ? -1 : holder;
+constexpr int remote_neighbour(const ScheduleTable& t, int stage, int step) {
+  const StageLink link = t.placement.link(stage, step);
+  return link.is_message() ? link.rank : -1;
 }
 
 /// Emits the receive compute `a` on rank r needs (input from another rank), if any.
 constexpr void emit_receive_for(ScheduleTable& out, int r, const Action& a) {
   if (a.op == Op::W) return;
   const bool forward = a.op == Op::F;
-  const int from = remote_neighbour(out, r, a.stage, forward ? -1 : +1);
+  const int from = remote_neighbour(out, a.stage, forward ? -1 : +1);
   if (from >= 0) emit(out, r, forward ? Op::RECV_F : Op::RECV_B, a.micro_batch, a.chunk, from);
 }
 
@@ -64,7 +62,7 @@ constexpr void emit_receive_for(ScheduleTable& out, int r, const Action& a) {
 constexpr void emit_send_for(ScheduleTable& out, int r, const Action& a) {
   if (a.op == Op::W) return;
   const bool forward = a.op == Op::F;
-  const int to = remote_neighbour(out, r, a.stage, forward ? +1 : -1);
+  const int to = remote_neighbour(out, a.stage, forward ? +1 : -1);
   if (to >= 0) emit(out, r, forward ? Op::SEND_F : Op::SEND_B, a.micro_batch, a.chunk, to);
 }
 
@@ -143,7 +141,7 @@ constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, con
     const int queues = 2 * P * V;
     for (int q = 0; q < queues; ++q) {
       const int r = q / (2 * V), kind = (q / V) % 2, chunk = q % V;
-      const int to = remote_neighbour(in, r, in.stage_of(r, chunk), kind == 0 ? +1 : -1);
+      const int to = remote_neighbour(in, in.stage_of(r, chunk), kind == 0 ? +1 : -1);
       st.peer_of_queue[q] = to;
       st.transfer_at[q] = never;
       if (to < 0) continue;
@@ -157,9 +155,9 @@ constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, con
         st.produces[r][k] = -1;
         if (c.op == Op::W) continue;
         const bool forward = c.op == Op::F;
-        if (remote_neighbour(in, r, s, forward ? -1 : +1) >= 0)
+        if (remote_neighbour(in, s, forward ? -1 : +1) >= 0)
           st.needs[r][k] = 1 + (forward ? 0 : slots) + id;
-        if (remote_neighbour(in, r, s, forward ? +1 : -1) >= 0)
+        if (remote_neighbour(in, s, forward ? +1 : -1) >= 0)
           st.produces[r][k] = (r * 2 + (forward ? 0 : 1)) * V + c.chunk;
       }
       st.ready_at[r] = in.length[r] > 0 && st.needs[r][0] == 0 ? 0 : never;

@@ -7,6 +7,7 @@
 
 #include "mpp/schedule/action.hpp"
 #include "mpp/schedule/limits.hpp"
+#include "mpp/schedule/stage_link.hpp"
 
 namespace mpp {
 
@@ -36,6 +37,15 @@ struct Placement {
   /// The local chunk index of `stage` on its rank; -1 when there is no such stage.
   constexpr int chunk_of(int stage) const {
     return stage >= 0 && stage < stages() ? chunk_of_stage[stage] : -1;
+  }
+  /// How `stage` meets the stage `step` away from it (-1: the one before, +1: the one after):
+  /// an edge when there is none, the same rank when one rank holds both, a message otherwise.
+  constexpr StageLink link(int stage, int step) const {
+    const int other = stage + step;
+    if (other < 0 || other >= stages()) return {};
+    const int holder = rank_of_stage[other];
+    return {holder == rank_of(stage) ? LinkKind::same_rank : LinkKind::message, other, holder,
+            chunk_of_stage[other]};
   }
   /// Field by field.
   friend constexpr bool operator==(const Placement&, const Placement&) = default;

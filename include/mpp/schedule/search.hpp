@@ -98,12 +98,13 @@ struct SearchState {
 /// -1 when the action it waits for has not run.
 constexpr int arrival(const ScheduleTable& t, const SearchState& st, const Costs& costs, int stage,
                       int mb, bool forward) {
-  const int M = t.micro_batches, S = t.stages();
-  const int from = forward ? stage - 1 : stage + 1;
-  if (from < 0 || from >= S) return 0;
+  const int M = t.micro_batches;
+  const StageLink link = t.placement.link(stage, forward ? -1 : +1);
+  if (link.is_edge()) return 0;
+  const int from = link.stage;
   const int end = forward ? st.forward_end[from * M + mb] : st.input_grad_end[from * M + mb];
   if (end == 0) return -1;
-  return end - 1 + (t.rank_of(from) == t.rank_of(stage) ? 0 : costs.comm);
+  return end - 1 + (link.is_message() ? costs.comm : 0);
 }
 
 /// Replays one candidate into `t` (compute-only, placed). False if it cannot finish (a limit that
@@ -239,7 +240,7 @@ constexpr int search_lower_bound(const ScheduleTable& t, const Costs& costs, boo
       busy += M * (costs.of(Op::F, s) + (split && halves < whole ? halves : whole));
       int reach = 0;  // the first forward's input reaches stage s
       for (int q = 0; q < s; ++q)
-        reach += costs.of(Op::F, q) + (t.rank_of(q) != t.rank_of(q + 1) ? costs.comm : 0);
+        reach += costs.of(Op::F, q) + (t.placement.link(q, +1).is_message() ? costs.comm : 0);
       head = reach < head ? reach : head;
     }
     bound = head + busy > bound ? head + busy : bound;

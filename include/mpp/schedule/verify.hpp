@@ -283,7 +283,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
           return false;
         }
         if (s > 0) {
-          if (t.rank_of(s - 1) == r) {
+          if (t.placement.link(s, -1).is_same_rank()) {
             if (L.forward_step[id - M] == 0) {
               reject(out, Rule::dependency_order, r, k, a);
               out.message << "F(stage " << s - 1 << ", mb " << mb
@@ -327,7 +327,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
           return false;
         }
         if (s < S - 1) {
-          if (t.rank_of(s + 1) == r) {
+          if (t.placement.link(s, +1).is_same_rank()) {
             if (L.backward_kind[id + M] == 0) {
               reject(out, Rule::dependency_order, r, k, a);
               out.message << "the backward of (stage " << s + 1 << ", mb " << mb
@@ -442,7 +442,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
           int ready = L.clock[r];
           if (op == Op::F && s > 0) {
             int dep;
-            if (t.rank_of(s - 1) == r)
+            if (t.placement.link(s, -1).is_same_rank())
               dep = L.forward_end[id - M];
             else if (lowered)
               dep = L.arrival_f[id];
@@ -452,7 +452,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
             if (dep - 1 > ready) ready = dep - 1;
           } else if ((op == Op::B || op == Op::I) && s < S - 1) {
             int dep;
-            if (t.rank_of(s + 1) == r)
+            if (t.placement.link(s, +1).is_same_rank())
               dep = L.backward_end[id + M];
             else if (lowered)
               dep = L.arrival_b[id];
