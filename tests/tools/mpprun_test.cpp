@@ -387,4 +387,12 @@ TEST_SUITE("mpprun") {
       CHECK(result.ranks.at(0).output.find("not in range") == std::string::npos);
     }
   }
+
+  TEST_CASE("a program path that does not exist is named as such, before any rank starts") {
+    const auto result =
+        run_mpprun({"--nproc-per-node", "2", "--log-dir", "", "/nonexistent/dir/prog"});
+    CHECK(result.ranks.at(0).status.exit_code != 0);
+    CHECK(result.ranks.at(0).output.find("cannot execute '/nonexistent/dir/prog': no such file") !=
+          std::string::npos);
+  }
 }
