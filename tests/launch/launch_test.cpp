@@ -178,8 +178,37 @@ TEST_SUITE("launch") {
     CHECK_THROWS_WITH_AS(mpp::launch::launch(options), doctest::Contains("was not found on PATH"),
                          mpp::launch::LaunchError);
     options.command = {"/nonexistent/dir/prog"};
-    CHECK_THROWS_WITH_AS(mpp::launch::launch(options), doctest::Contains("cannot execute"),
+    CHECK_THROWS_WITH_AS(mpp::launch::launch(options),
+                         doctest::Contains("cannot execute '/nonexistent/dir/prog': no such file"),
                          mpp::launch::LaunchError);
+  }
+
+  TEST_CASE("a program path that cannot run says what is true of it") {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("mpp_launch_not_executable_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto text = dir / "notes.txt";
+    std::ofstream(text) << "not a program\n";
+    std::filesystem::permissions(
+        text, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    mpp::launch::LaunchOptions options;
+    options.layout.nproc_per_node = 1;
+    options.command = {dir.string()};
+    CHECK_THROWS_WITH_AS(mpp::launch::launch(options), doctest::Contains("': is a directory"),
+                         mpp::launch::LaunchError);
+    options.command = {text.string()};
+    const std::string not_executable =
+        "': is not executable (make it so: chmod +x " + text.string() + ")";
+    CHECK_THROWS_WITH_AS(mpp::launch::launch(options), doctest::Contains(not_executable.c_str()),
+                         mpp::launch::LaunchError);
+    options.command = {(text / "prog").string()};
+    CHECK_THROWS_WITH_AS(mpp::launch::launch(options),
+                         doctest::Contains("': a part of the path is not a directory"),
+                         mpp::launch::LaunchError);
+    options.command = {"/dev/null"};
+    CHECK_THROWS_WITH_AS(mpp::launch::launch(options),
+                         doctest::Contains("': is not a regular file"), mpp::launch::LaunchError);
+    std::filesystem::remove_all(dir);
   }
 
   TEST_CASE("every rank gets its torchrun variables, extra env, removed env and arguments") {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "mpp/launch/launch.hpp"
@@ -362,5 +363,36 @@ TEST_SUITE("mpprun") {
     result = run_mpprun({"--help"});
     CHECK(result.ranks.at(0).status.exit_code == 0);
     CHECK(result.ranks.at(0).output.find("unauthenticated") != std::string::npos);
+  }
+
+  TEST_CASE("a number out of range names its bound, the value and what to pass") {
+    // One check per option (tools/common/cli_checks.hpp), not CLI11's "Value 0 not in range
+    // 0.000000 to 1797...".
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {{"--nproc-per-node", "0", "/bin/true"},
+         "--nproc-per-node: must be >= 1, got 0 (the number of ranks to start on this node"},
+        {{"--nproc-per-node", "two", "/bin/true"},
+         "--nproc-per-node: expects a whole number, got 'two'"},
+        {{"--nproc-per-node", "1", "--nnodes", "0", "/bin/true"}, "--nnodes: must be >= 1, got 0"},
+        {{"--nproc-per-node", "1", "--master-port", "0", "/bin/true"},
+         "--master-port: must be between 1 and 65535, got 0 (a TCP port; leave it out"},
+        {{"--nproc-per-node", "1", "--timeout", "-1", "/bin/true"},
+         "--timeout: must be >= 0, got -1 (seconds; 0 never stops the ranks)"},
+    };
+    for (const auto& [args, expected] : cases) {
+      CAPTURE(expected);
+      const auto result = run_mpprun(args);
+      CHECK(result.ranks.at(0).status.exit_code != 0);
+      CHECK(result.ranks.at(0).output.find(expected) != std::string::npos);
+      CHECK(result.ranks.at(0).output.find("not in range") == std::string::npos);
+    }
+  }
+
+  TEST_CASE("a program path that does not exist is named as such, before any rank starts") {
+    const auto result =
+        run_mpprun({"--nproc-per-node", "2", "--log-dir", "", "/nonexistent/dir/prog"});
+    CHECK(result.ranks.at(0).status.exit_code != 0);
+    CHECK(result.ranks.at(0).output.find("cannot execute '/nonexistent/dir/prog': no such file") !=
+          std::string::npos);
   }
 }

@@ -56,6 +56,19 @@ TEST_CASE("step figures: the bubble's parts add up to it and each names its own 
                   "between actions") != std::string::npos);
 }
 
+TEST_CASE("step figures: the summary says 1 micro-batch, 2 micro-batches") {
+  mpp::trace::StepFigures f;
+  f.ranks = 2;
+  f.rank_bubble = {0.5, 0.25};
+  f.peak_activation_bytes = {2048, 1024};
+  f.peak_in_flight = {2, 1};
+  const std::string text = mpp::trace::describe(f, mpp::VerifyResult{}, mpp::VerifyResult{});
+  CHECK(text.find("rank 0: bubble 50.0%, peak activations 2.0 KiB, 2 micro-batches in flight") !=
+        std::string::npos);
+  CHECK(text.find("rank 1: bubble 25.0%, peak activations 1.0 KiB, 1 micro-batch in flight") !=
+        std::string::npos);
+}
+
 TEST_CASE("step figures: each stage's own F and B costs reach the verifier's cost model") {
   // Rank 0 (stage 0): F 40, B 80. Rank 1 (stage 1): F 44 (its loss), B 80.
   RankTrace r0;

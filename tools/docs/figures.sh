@@ -339,6 +339,25 @@ printed() {
   echo "figures: values of $* in ${json#"$root"/}" >&2
 }
 
+if wanted schedules; then
+  # Chapter 09's table of peak memory against bubble (P = 4, M = 8, unit costs), and its numbers
+  # per schedule S (1f1b, zb-h1, zb-h2, zb-v, dualpipev, v-half, v-min): makespan[S] (the tool's
+  # units), step[S] and largest_peak[S] (stage units), bubble_pct[S], peak_vs_1f1b[S],
+  # rank0_peak[S] (the tool's units: chunk activations for the V schedules).
+  log_name=schedules_memory_bubble_p4_m8 run docs/figures/schedules/memory-bubble.sh 4 8 "$(binary tools/mpp-schedule/mpp-schedule)"
+  printed schedules "$out/schedules/memory_bubble_p4_m8.json" '
+    /^[A-Za-z0-9]+<[0-9]+> / {
+      s = $1; sub(/<.*$/, "", s)
+      if (s == "OneFOneB") s = "1f1b"; else if (s == "ZeroBubbleH1") s = "zb-h1"
+      else if (s == "ZeroBubbleH2") s = "zb-h2"; else if (s == "ZeroBubbleV") s = "zb-v"
+      else if (s == "DualPipeV") s = "dualpipev"; else if (s == "VHalf") s = "v-half"
+      else if (s == "VMin") s = "v-min"; else s = tolower(s)
+      b = $4; sub(/%$/, "", b)
+      put("makespan[" s "]", $2); put("step[" s "]", $3); put("bubble_pct[" s "]", b)
+      put("largest_peak[" s "]", $5); put("peak_vs_1f1b[" s "]", $6); put("rank0_peak[" s "]", $7)
+    }' schedules_memory_bubble_p4_m8
+fi
+
 if wanted monolith; then
   # Chapter 01: the default run draws the curve and is the output the chapter quotes
   # (monolith.txt); the exercise's runs (fresh batches at hidden 128; hidden 64 and 16) give the

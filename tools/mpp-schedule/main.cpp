@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "../common/cli_checks.hpp"
 #include "mpp/schedule.hpp"
 #include "mpp/schedule/search.hpp"
 #include "mpp/trace/costs_json.hpp"
@@ -60,7 +61,7 @@ int main(int argc, char** argv) {
                  "search: the cap on chunk activations a rank holds (0: none; 1F1B holds P, "
                  "ZB-V 2P)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(mpp::tools::at_least(0, "0: no cap"));
   app.add_option("--placement", placement,
                  "search: looped (stage = chunk * P + rank) or v (rank r holds r and 2P - 1 - r)")
       ->capture_default_str()
@@ -76,22 +77,30 @@ int main(int argc, char** argv) {
                "(one line each) and exit");
   app.add_option("-p,--ranks", ranks, "pipeline ranks P")
       ->capture_default_str()
-      ->check(CLI::Range(1, mpp::max_ranks));
+      ->check(mpp::tools::within(1, std::optional<int>(mpp::max_ranks),
+                                 "the library proves schedules of 1 to mpp::max_ranks ranks"));
   app.add_option("-m,--micro", micro_batches, "micro-batches M")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(mpp::tools::at_least(1, "a step needs at least one micro-batch"));
   app.add_option("-v,--chunks", chunks, "chunks per rank V (schedules whose V is a knob)")
       ->capture_default_str();
   app.add_option("--comm", comm, "async (buffered isend/irecv) or blocking (rendezvous send/recv)")
       ->capture_default_str()
       ->check(CLI::IsMember({"async", "blocking"}));
-  app.add_option("--forward", costs.forward, "T_F")->capture_default_str();
-  app.add_option("--backward", costs.backward, "T_B (full backward)")->capture_default_str();
+  const auto cost_check = mpp::tools::at_least(0, "a duration in cost units; 0 makes it free");
+  app.add_option("--forward", costs.forward, "T_F")->capture_default_str()->check(cost_check);
+  app.add_option("--backward", costs.backward, "T_B (full backward)")
+      ->capture_default_str()
+      ->check(cost_check);
   app.add_option("--input-grad", costs.input_grad, "T_I (zero-bubble split)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(cost_check);
   app.add_option("--weight-grad", costs.weight_grad, "T_W (zero-bubble split)")
-      ->capture_default_str();
-  app.add_option("--comm-cost", costs.comm, "T_comm per transfer")->capture_default_str();
+      ->capture_default_str()
+      ->check(cost_check);
+  app.add_option("--comm-cost", costs.comm, "T_comm per transfer")
+      ->capture_default_str()
+      ->check(cost_check);
   app.add_option("--svg", svg_path, "write the timeline as SVG");
   app.add_option("--json", json_path, "write the simulated run as Chrome trace JSON");
   app.add_option("--csv", csv_path,

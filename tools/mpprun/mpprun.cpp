@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../common/cli_checks.hpp"
 #include "mpp/launch/launch.hpp"
 #include "mpp/launch/layout_environment.hpp"
 
@@ -84,15 +85,16 @@ int main(int argc, char** argv) {
   app.add_option("--nproc-per-node,--nproc_per_node", layout.nproc_per_node,
                  "Ranks to start on this node")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(mpp::tools::at_least(1, "the number of ranks to start on this node, e.g. 2"));
   CLI::Option* nnodes_flag =
       app.add_option("--nnodes", layout.nnodes, "Number of nodes in the job (or NNODES)")
           ->capture_default_str()
-          ->check(CLI::PositiveNumber);
-  CLI::Option* node_rank_flag = app.add_option("--node-rank,--node_rank", layout.node_rank,
-                                               "This node's index in [0, nnodes) (or NODE_RANK)")
-                                    ->capture_default_str()
-                                    ->check(CLI::NonNegativeNumber);
+          ->check(mpp::tools::at_least(1, "the number of nodes in the job; 1 on one machine"));
+  CLI::Option* node_rank_flag =
+      app.add_option("--node-rank,--node_rank", layout.node_rank,
+                     "This node's index in [0, nnodes) (or NODE_RANK)")
+          ->capture_default_str()
+          ->check(mpp::tools::at_least(0, "this node's index, from 0 to --nnodes - 1"));
   CLI::Option* master_addr_flag =
       app.add_option("--master-addr,--master_addr", layout.master_addr,
                      "Address of the host running rank 0 (or MASTER_ADDR)")
@@ -101,25 +103,27 @@ int main(int argc, char** argv) {
       app.add_option("--master-port,--master_port", layout.master_port,
                      "Rendezvous port (or MASTER_PORT; default: a free port; required with "
                      "--nnodes > 1)")
-          ->check(CLI::Range(1, 65535));
+          ->check(mpp::tools::within(1, std::optional<int>(65535),
+                                     "a TCP port; leave it out to use a free one"));
   app.add_option("--log-dir,--log_dir", log_dir,
                  "Per-rank logs go to <dir>/rank_<r>/ (empty string: no log files)")
       ->capture_default_str();
   app.add_option("--max-restarts,--max_restarts", max_restarts,
                  "Restart all ranks up to N times after a failure")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(mpp::tools::at_least(0, "0 never restarts"));
   app.add_option("--timeout", timeout_s, "Stop all ranks after this many seconds (0: never)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(mpp::tools::at_least(0.0, "seconds; 0 never stops the ranks"));
   app.add_option("--grace-period", grace_s, "Seconds between SIGTERM and SIGKILL when stopping")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(mpp::tools::at_least(0.0, "seconds; 0 sends SIGKILL at once"));
   int cpu_latency_us = -1;
   app.add_option("--cpu-latency-us", cpu_latency_us,
                  "While the ranks run, keep idle CPUs able to wake within this many microseconds "
                  "(0: they poll; holds /dev/cpu_dma_latency, needs root)")
-      ->check(CLI::Range(0, 1000000000));
+      ->check(mpp::tools::within(0, std::optional<int>(1000000000),
+                                 "microseconds; 0 keeps idle CPUs polling"));
 
   std::string cpu_bind = "auto";
   app.add_option("--cpu-bind", cpu_bind,

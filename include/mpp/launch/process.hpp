@@ -60,6 +60,24 @@ namespace detail {
 
 inline std::string errno_text(int error) { return std::strerror(error); }
 
+/// What is true of a `path` that cannot be executed: "no such file", "is a directory", "is not
+/// executable" (with the chmod that makes it so), each with what to do about it.
+inline std::string why_not_executable(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    const int error = errno;
+    if (error == ENOENT)
+      return "no such file (check the path, relative to the current directory, and that the "
+             "program was built)";
+    if (error == ENOTDIR) return "a part of the path is not a directory (check the path)";
+    if (error == EACCES) return "permission denied on a directory of the path";
+    return std::string("cannot stat it: ") + std::strerror(error);
+  }
+  if (S_ISDIR(info.st_mode)) return "is a directory; give the path of the program inside it";
+  if (!S_ISREG(info.st_mode)) return "is not a regular file; give the path of a program";
+  return "is not executable (make it so: chmod +x " + path + ")";
+}
+
 /// Resolves `program` the way execvp would, but before fork, so that a typo is one clear error
 /// instead of N identical rank failures.
 inline std::string resolve_program(const std::string& program) {
@@ -70,10 +88,9 @@ inline std::string resolve_program(const std::string& program) {
   };
   if (program.empty()) throw LaunchError("mpp launch: no program given to run on each rank");
   if (program.find('/') != std::string::npos) {
-    if (!executable(program))
-      throw LaunchError("mpp launch: cannot execute '" + program +
-                        "': not an executable file (check the path and its permissions)");
-    return program;
+    if (executable(program)) return program;
+    throw LaunchError("mpp launch: cannot execute '" + program +
+                      "': " + why_not_executable(program));
   }
   const char* path_env = std::getenv("PATH");
   std::string path = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";

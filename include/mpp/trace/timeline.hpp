@@ -317,10 +317,11 @@ inline std::string describe(const StepFigures& f, const VerifyResult& predicted_
   for (int r = 0; r < f.ranks; ++r) {
     const auto i = static_cast<std::size_t>(r);
     std::snprintf(buf, sizeof buf,
-                  "rank %d: bubble %.1f%%, peak activations %s, %d micro-batches in flight "
+                  "rank %d: bubble %.1f%%, peak activations %s, %d micro-batch%s in flight "
                   "(predicted %d)\n",
                   r, 100.0 * f.rank_bubble[i], format_bytes(f.peak_activation_bytes[i]).c_str(),
-                  f.peak_in_flight[i], r < max_ranks ? predicted_unit.peak_in_flight[r] : 0);
+                  f.peak_in_flight[i], f.peak_in_flight[i] == 1 ? "" : "es",
+                  r < max_ranks ? predicted_unit.peak_in_flight[r] : 0);
     out += buf;
   }
   return out;
