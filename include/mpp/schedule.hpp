@@ -33,6 +33,7 @@
 #include "mpp/schedule/v_half.hpp"
 #include "mpp/schedule/v_min.hpp"
 #include "mpp/schedule/v_shape_block.hpp"
+#include "mpp/schedule/v_zero_bubble.hpp"
 #include "mpp/schedule/verify.hpp"
 #include "mpp/schedule/zero_bubble_h1.hpp"
 #include "mpp/schedule/zero_bubble_h2.hpp"

@@ -18,6 +18,7 @@
 #include "mpp/schedule/table.hpp"
 #include "mpp/schedule/v_half.hpp"
 #include "mpp/schedule/v_min.hpp"
+#include "mpp/schedule/v_zero_bubble.hpp"
 #include "mpp/schedule/zero_bubble_h1.hpp"
 #include "mpp/schedule/zero_bubble_h2.hpp"
 #include "mpp/schedule/zero_bubble_v.hpp"
@@ -37,7 +38,8 @@ using builtin_schedules = std::tuple<
     ZeroBubbleVFamily,
     DualPipeVFamily,
     VHalfFamily,
-    VMinFamily>;
+    VMinFamily,
+    VZeroBubbleFamily>;
 // clang-format on
 // [/builtin-schedules]
 
