@@ -341,7 +341,7 @@ printed() {
 
 if wanted schedules; then
   # Chapter 09's table of peak memory against bubble (P = 4, M = 8, unit costs), and its numbers
-  # per schedule S (1f1b, zb-h1, zb-h2, zb-v, dualpipev, v-half, v-min): makespan[S] (the tool's
+  # per schedule S (1f1b, zb-h1, zb-h2, zb-v, v-zb, dualpipev, v-half, v-min): makespan[S] (the tool's
   # units), step[S] and largest_peak[S] (stage units), bubble_pct[S], peak_vs_1f1b[S],
   # rank0_peak[S] (the tool's units: chunk activations for the V schedules).
   log_name=schedules_memory_bubble_p4_m8 run docs/figures/schedules/memory-bubble.sh 4 8 "$(binary tools/mpp-schedule/mpp-schedule)"
@@ -350,6 +350,7 @@ if wanted schedules; then
       s = $1; sub(/<.*$/, "", s)
       if (s == "OneFOneB") s = "1f1b"; else if (s == "ZeroBubbleH1") s = "zb-h1"
       else if (s == "ZeroBubbleH2") s = "zb-h2"; else if (s == "ZeroBubbleV") s = "zb-v"
+      else if (s == "VZeroBubble") s = "v-zb"
       else if (s == "DualPipeV") s = "dualpipev"; else if (s == "VHalf") s = "v-half"
       else if (s == "VMin") s = "v-min"; else s = tolower(s)
       b = $4; sub(/%$/, "", b)

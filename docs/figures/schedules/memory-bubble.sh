@@ -12,7 +12,7 @@ tool=${3:-build/release/tools/mpp-schedule/mpp-schedule}
 echo "P = $ranks, M = $micro, unit costs; step and largest peak in stage units"
 printf '%-16s %8s %6s %6s %7s %6s  %s\n' schedule makespan step bubble largest /1F1B "peak in flight per rank"
 # schedule:chunks per rank (2: a V schedule)
-for entry in 1f1b:1 zb-h1:1 zb-h2:1 zb-v:2 dualpipev:2 v-half:2 v-min:2; do
+for entry in 1f1b:1 zb-h1:1 zb-h2:1 zb-v:2 v-zb:2 dualpipev:2 v-half:2 v-min:2; do
   "$tool" "${entry%:*}" -p "$ranks" -m "$micro" -q | awk -v chunks="${entry#*:}" -v ranks="$ranks" '
     NR == 1 { schedule = $1 }
     /^makespan / {
