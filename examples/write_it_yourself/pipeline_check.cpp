@@ -2,7 +2,10 @@
 // mpp::Pipeline of the same schedule, on the same ranks; and the property the lab teaches, read
 // from the order in which the learner's stage ran its forwards and backwards (a probe at the end
 // of the stage's layers): every schedule computes the same numbers, so only the order tells
-// 1F1B from GPipe, or micro-batches from one batch.
+// 1F1B from GPipe, or micro-batches from one batch. The probe also sees whether a forward kept
+// its graph (recompute keeps none until right before the backward), and hooks on the stage's
+// parameters count the weight gradients computed before each gradient sent to the previous rank
+// (the split backward sends it first).
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>
@@ -26,42 +29,150 @@ namespace {
 /// or the start of a micro-batch's backward (when autograd reaches the stage's last layer).
 struct StageEvent {
   bool forward = true;
-  int micro_batch = 0;  ///< forwards numbered in the order they ran
+  /// Forwards numbered in the order they ran, those with and without the graph apart.
+  int micro_batch = 0;
   std::int64_t rows = 0;
+  bool graph = true;  ///< a forward that built the graph its backward needs
 };
 std::vector<StageEvent> stage_events;  // one rank per process: this process's stage
 
+/// The gradients of the stage's parameters computed in this step so far (a hook on each), and
+/// their number when each message to the previous rank (a gradient) was sent.
+int weight_grads = 0;
+std::vector<int> weight_grads_at_gradient_sends;
+
 /// Identity in the forward and in the backward; records both.
 struct ProbeFunction : torch::autograd::Function<ProbeFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            bool graph) {
     int forwards = 0;
-    for (const auto& e : stage_events) forwards += e.forward ? 1 : 0;
-    stage_events.push_back({true, forwards, x.size(0)});
+    for (const auto& e : stage_events) forwards += e.forward && e.graph == graph ? 1 : 0;
+    stage_events.push_back({true, forwards, x.size(0), graph});
     ctx->saved_data["micro_batch"] = static_cast<std::int64_t>(forwards);
     return x.clone();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     stage_events.push_back({false, static_cast<int>(ctx->saved_data["micro_batch"].toInt()), 0});
-    return {grads[0]};
+    return {grads[0], at::Tensor()};
   }
 };
 struct ProbeImpl : torch::nn::Module {
-  at::Tensor forward(const at::Tensor& x) { return ProbeFunction::apply(x); }
+  // The stage's output carries a graph exactly when its layers built one (their parameters
+  // require gradients; under torch::NoGradGuard they build none).
+  at::Tensor forward(const at::Tensor& x) { return ProbeFunction::apply(x, x.requires_grad()); }
 };
 TORCH_MODULE(Probe);
 
-/// "F0 F1 B0 ...": the events as the messages print them.
-std::string order_text(const std::vector<StageEvent>& events) {
+/// "F0 F1 B0 ...": the events as the messages print them; with `graphs`, a forward that kept its
+/// graph is G and one that did not F.
+std::string order_text(const std::vector<StageEvent>& events, bool graphs = false) {
   // Appended piece by piece: g++ 12 at -O3 warns of a memcpy overflow in the concatenated form
   // that cannot happen (-Wstringop-overflow, a known false positive).
   std::string out;
   for (const auto& e : events) {
     if (!out.empty()) out += ' ';
-    out += e.forward ? 'F' : 'B';
+    out += !e.forward ? 'B' : graphs && e.graph ? 'G' : 'F';
     out += std::to_string(e.micro_batch);
   }
   return out;
+}
+
+/// What is wrong with one step of the recompute lab ("" when nothing is): a graph kept beyond
+/// the backward it serves, the forwards and backwards counted, and GPipe's order.
+std::string check_recompute(int rank, int ranks, const std::vector<StageEvent>& events) {
+  const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(ranks);
+  const std::string ran = "; it ran " + order_text(events, true) +
+                          " (F: a forward without the graph, G: one with it, B: a backward)";
+  const int m = check::micro_batches;
+  // A graph lives from the forward that builds it to its backward, with nothing in between.
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
+    if (!e.forward || !e.graph) continue;
+    const bool backward_next = i + 1 < events.size() && !events[i + 1].forward &&
+                               events[i + 1].micro_batch == e.micro_batch;
+    if (!backward_next)
+      return who + " kept the graph of micro-batch " + std::to_string(e.micro_batch) +
+             " between its forward and its backward; recompute holds only the input (the "
+             "forward under torch::NoGradGuard) and runs the forward again, with the graph, "
+             "right before the backward" +
+             ran;
+  }
+  int plain = 0, graphed = 0, backwards = 0, before_first_backward = 0;
+  bool backward_seen = false;
+  for (const auto& e : events) {
+    if (!e.forward) {
+      ++backwards;
+      backward_seen = true;
+    } else if (e.graph) {
+      ++graphed;
+    } else {
+      ++plain;
+      if (!backward_seen) ++before_first_backward;
+    }
+  }
+  if (plain != m || graphed != m || backwards != m)
+    return who + " ran " + std::to_string(plain) + " forwards without the graph, " +
+           std::to_string(graphed) + " with it and " + std::to_string(backwards) +
+           " backwards; recompute runs each of the " + std::to_string(m) +
+           " micro-batches forward twice (without the graph, then with it right before its "
+           "backward) and backward once" +
+           ran;
+  if (before_first_backward != m)
+    return who + " ran " + std::to_string(before_first_backward) +
+           " forwards before its first backward; GPipe runs all " + std::to_string(m) + " first" +
+           ran;
+  return "";
+}
+
+/// "the weight gradients of 2 micro-batches", or the count of parameter gradients when it is
+/// not a whole number of W's.
+std::string weight_grads_text(int computed, int params) {
+  if (params > 0 && computed % params == 0) {
+    const int passes = computed / params;
+    return "the weight gradients of " + std::to_string(passes) + " micro-batch" +
+           (passes == 1 ? "" : "es");
+  }
+  return std::to_string(computed) + " parameter gradients (" + std::to_string(params) +
+         " per micro-batch)";
+}
+
+/// What is wrong with one step of the split_backward lab ("" when nothing is): a gradient sent to
+/// the previous rank after its micro-batch's weight gradients, ZB-H1's place for each W, and one
+/// W per micro-batch.
+std::string check_split(int rank, int ranks, int params, const std::vector<StageEvent>& events,
+                        const std::vector<int>& at_sends, int computed) {
+  const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(ranks);
+  const int m = check::micro_batches;
+  int forwards = 0;
+  for (const auto& e : events) forwards += e.forward ? 1 : 0;
+  if (forwards != m)
+    return who + " ran " + std::to_string(forwards) +
+           " forwards; split_backward cuts the batch into " + std::to_string(m) +
+           " micro-batches, each run forward once";
+  if (rank > 0 && static_cast<int>(at_sends.size()) != m)
+    return who + " sent " + std::to_string(at_sends.size()) + " messages to rank " +
+           std::to_string(rank - 1) + "; it sends one input gradient per micro-batch, " +
+           std::to_string(m);
+  for (int k = 0; k < static_cast<int>(at_sends.size()); ++k) {
+    if (at_sends[k] > k * params)
+      return who + " sent micro-batch " + std::to_string(k) +
+             "'s input gradient after computing its weight gradients (" +
+             weight_grads_text(at_sends[k], params) +
+             " computed by then); a split backward sends the input gradient (I) before it "
+             "computes the weight gradients (W)";
+    const int zb_h1 = std::max(0, k - rank) * params;
+    if (at_sends[k] != zb_h1)
+      return who + " had computed " + weight_grads_text(at_sends[k], params) +
+             " when it sent micro-batch " + std::to_string(k) +
+             "'s input gradient; ZB-H1 runs the W of micro-batch i - " + std::to_string(rank) +
+             " right after the I of micro-batch i on this rank, so by then it has computed " +
+             weight_grads_text(zb_h1, params);
+  }
+  if (computed != m * params)
+    return who + " computed " + weight_grads_text(computed, params) + " in the step; W runs " +
+           "once per micro-batch: " + weight_grads_text(m * params, params);
+  return "";
 }
 
 /// The order the lab teaches on rank `rank` of `ranks` with M micro-batches, as F/B and the
@@ -98,6 +209,7 @@ std::string check_schedule(const std::string& lab, int rank, int ranks, std::int
   }
   const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(ranks);
   const std::string ran = "; it ran " + order_text(events);
+  if (lab == "recompute") return check_recompute(rank, ranks, events);
   const int m = lab == "naive_pipeline" ? 1 : check::micro_batches;
   if (forwards != m || backwards != m) {
     if (m == 1)
@@ -145,6 +257,8 @@ check::Record train_learner(const World& world, const PipelineStep& step, const 
   const auto [begin, end] = check::stage_layers(cfg.layers, world.rank(), world.size());
   Stage stage{mpp::models::make_mlp_layers(cfg, begin, end), check::micro_batches,
               o.both_send_first};
+  const auto params = stage.layers->parameters();
+  for (const auto& p : params) p.register_hook([](const at::Tensor&) { ++weight_grads; });
   stage.layers->push_back(Probe());
   auto optimizer = check::make_optimizer(stage.layers->parameters());
   check::Record r;
@@ -152,10 +266,15 @@ check::Record train_learner(const World& world, const PipelineStep& step, const 
     const auto batch = mpp::models::make_regression_batch(cfg, check::pipeline_rows, s);
     optimizer.zero_grad();
     stage_events.clear();
+    weight_grads = 0;
+    weight_grads_at_gradient_sends.clear();
     const double loss = step(world, stage, batch);
     if (schedule.empty()) {
       schedule =
-          check_schedule(lab, world.rank(), world.size(), check::pipeline_rows, stage_events);
+          lab == "split_backward"
+              ? check_split(world.rank(), world.size(), static_cast<int>(params.size()),
+                            stage_events, weight_grads_at_gradient_sends, weight_grads)
+              : check_schedule(lab, world.rank(), world.size(), check::pipeline_rows, stage_events);
       if (!schedule.empty()) schedule = "  step " + std::to_string(s) + ": " + schedule + "\n";
     }
     optimizer.step();
@@ -204,11 +323,32 @@ check::Record train_reference(const Group& world, PipelineReference reference,
     case PipelineReference::one_f_one_b_async:
       return train_pipeline<mpp::Pipeline<Stages, mpp::OneFOneB<M>, mpp::Async<mpp::Gloo>>>(
           world, o, name);
+    case PipelineReference::gpipe_recompute:
+      return train_pipeline<
+          mpp::Pipeline<mpp::Recompute<Stages>, mpp::GPipe<M>, mpp::Blocking<mpp::Gloo>>>(world, o,
+                                                                                          name);
+    case PipelineReference::zero_bubble_h1:
+      return train_pipeline<mpp::Pipeline<Stages, mpp::ZeroBubbleH1<M>, mpp::Async<mpp::Gloo>>>(
+          world, o, name);
   }
   throw std::logic_error("unknown pipeline reference");
 }
 
+/// What the check verified besides the numbers, as the PASS line says it.
+std::string order_checked(const std::string& lab) {
+  if (lab == "recompute")
+    return "each micro-batch's graph built only right before its backward, in GPipe's order";
+  if (lab == "split_backward")
+    return "each input gradient sent before its weight gradients were computed, in ZB-H1's order";
+  return "in " + lab + "'s order";
+}
+
 }  // namespace
+
+void World::note_send(const at::Tensor& tensor, int dst) const {
+  sends_->push_back(tensor.numel());
+  if (dst == rank() - 1) weight_grads_at_gradient_sends.push_back(weight_grads);
+}
 
 int check_pipeline(int argc, char** argv, const char* lab, PipelineReference reference,
                    const PipelineStep& step) {
@@ -236,7 +376,7 @@ int check_pipeline(int argc, char** argv, const char* lab, PipelineReference ref
                           std::string(lab) + " on " + std::to_string(world.size()) + " ranks, " +
                               std::to_string(o.steps) +
                               " steps: the loss and every parameter equal the monolith's and " +
-                              name + "'s, in " + lab + "'s order");
+                              name + "'s, " + order_checked(lab));
   });
 }
 
