@@ -3,9 +3,9 @@
 // from the order in which the learner's stage ran its forwards and backwards (a probe at the end
 // of the stage's layers): every schedule computes the same numbers, so only the order tells
 // 1F1B from GPipe, or micro-batches from one batch. The probe also sees whether a forward kept
-// its graph (recompute keeps none until right before the backward), and hooks on the stage's
-// parameters count the weight gradients computed before each gradient sent to the previous rank
-// (the split backward sends it first).
+// its graph (recompute keeps none until right before the backward), and each gradient sent to
+// the previous rank looks at whether the parameters' .grad changed since the one before (the
+// split backward sends it before it computes the weight gradients).
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>
@@ -36,10 +36,29 @@ struct StageEvent {
 };
 std::vector<StageEvent> stage_events;  // one rank per process: this process's stage
 
-/// The gradients of the stage's parameters computed in this step so far (a hook on each), and
-/// their number when each message to the previous rank (a gradient) was sent.
-int weight_grads = 0;
-std::vector<int> weight_grads_at_gradient_sends;
+/// The stage's parameters, their .grad when last looked at (zeros for an undefined one), and
+/// whether it had changed since then at each message to the previous rank (a gradient): read
+/// from .grad itself, whichever autograd call computed and added the weight gradients.
+std::vector<at::Tensor> stage_params;
+std::vector<at::Tensor> grads_seen;
+std::vector<bool> grads_changed_at_gradient_sends;
+
+std::vector<at::Tensor> current_grads() {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : stage_params)
+    grads.push_back(p.grad().defined() ? p.grad().detach().clone() : at::zeros_like(p));
+  return grads;
+}
+
+/// Whether any parameter's .grad changed since the last look; looks again.
+bool grads_changed() {
+  auto now = current_grads();
+  bool changed = false;
+  for (std::size_t i = 0; i < now.size(); ++i)
+    changed = changed || !at::equal(now[i], grads_seen[i]);
+  grads_seen = std::move(now);
+  return changed;
+}
 
 /// Identity in the forward and in the backward; records both.
 struct ProbeFunction : torch::autograd::Function<ProbeFunction> {
@@ -125,23 +144,11 @@ std::string check_recompute(int rank, int ranks, const std::vector<StageEvent>& 
   return "";
 }
 
-/// "the weight gradients of 2 micro-batches", or the count of parameter gradients when it is
-/// not a whole number of W's.
-std::string weight_grads_text(int computed, int params) {
-  if (params > 0 && computed % params == 0) {
-    const int passes = computed / params;
-    return "the weight gradients of " + std::to_string(passes) + " micro-batch" +
-           (passes == 1 ? "" : "es");
-  }
-  return std::to_string(computed) + " parameter gradients (" + std::to_string(params) +
-         " per micro-batch)";
-}
-
-/// What is wrong with one step of the split_backward lab ("" when nothing is): a gradient sent to
-/// the previous rank after its micro-batch's weight gradients, ZB-H1's place for each W, and one
-/// W per micro-batch.
-std::string check_split(int rank, int ranks, int params, const std::vector<StageEvent>& events,
-                        const std::vector<int>& at_sends, int computed) {
+/// What is wrong with one step of the split_backward lab ("" when nothing is): an input gradient
+/// sent to the previous rank after the weight gradients were added to .grad, and ZB-H1's place
+/// for each W (the .grad changes once between two input gradients where ZB-H1 runs a W there).
+std::string check_split(int rank, int ranks, const std::vector<StageEvent>& events,
+                        const std::vector<bool>& changed_at_sends) {
   const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(ranks);
   const int m = check::micro_batches;
   int forwards = 0;
@@ -150,28 +157,28 @@ std::string check_split(int rank, int ranks, int params, const std::vector<Stage
     return who + " ran " + std::to_string(forwards) +
            " forwards; split_backward cuts the batch into " + std::to_string(m) +
            " micro-batches, each run forward once";
-  if (rank > 0 && static_cast<int>(at_sends.size()) != m)
-    return who + " sent " + std::to_string(at_sends.size()) + " messages to rank " +
+  if (rank > 0 && static_cast<int>(changed_at_sends.size()) != m)
+    return who + " sent " + std::to_string(changed_at_sends.size()) + " messages to rank " +
            std::to_string(rank - 1) + "; it sends one input gradient per micro-batch, " +
            std::to_string(m);
-  for (int k = 0; k < static_cast<int>(at_sends.size()); ++k) {
-    if (at_sends[k] > k * params)
-      return who + " sent micro-batch " + std::to_string(k) +
-             "'s input gradient after computing its weight gradients (" +
-             weight_grads_text(at_sends[k], params) +
-             " computed by then); a split backward sends the input gradient (I) before it "
-             "computes the weight gradients (W)";
-    const int zb_h1 = std::max(0, k - rank) * params;
-    if (at_sends[k] != zb_h1)
-      return who + " had computed " + weight_grads_text(at_sends[k], params) +
-             " when it sent micro-batch " + std::to_string(k) +
-             "'s input gradient; ZB-H1 runs the W of micro-batch i - " + std::to_string(rank) +
-             " right after the I of micro-batch i on this rank, so by then it has computed " +
-             weight_grads_text(zb_h1, params);
+  if (!changed_at_sends.empty() && changed_at_sends[0])
+    return who +
+           " sent micro-batch 0's input gradient after computing its weight gradients (the "
+           "parameters' .grad had changed since the step began); a split backward sends the "
+           "input gradient (I) before it computes the weight gradients (W)";
+  for (int k = 1; k < static_cast<int>(changed_at_sends.size()); ++k) {
+    // ZB-H1 runs the W of micro-batch i - rank right after the I of micro-batch i.
+    const int w = k - 1 - rank;
+    const std::string between = " between sending micro-batch " + std::to_string(k - 1) +
+                                "'s input gradient and micro-batch " + std::to_string(k) + "'s";
+    const std::string zb_h1 = "; ZB-H1 runs the W of micro-batch i - " + std::to_string(rank) +
+                              " right after the I of micro-batch i on this rank";
+    if (changed_at_sends[k] && w < 0)
+      return who + " added weight gradients to .grad" + between + zb_h1 + ", so none there";
+    if (!changed_at_sends[k] && w >= 0)
+      return who + " added no weight gradients to .grad" + between + zb_h1 +
+             ", which puts the W of micro-batch " + std::to_string(w) + " there";
   }
-  if (computed != m * params)
-    return who + " computed " + weight_grads_text(computed, params) + " in the step; W runs " +
-           "once per micro-batch: " + weight_grads_text(m * params, params);
   return "";
 }
 
@@ -257,8 +264,7 @@ check::Record train_learner(const World& world, const PipelineStep& step, const 
   const auto [begin, end] = check::stage_layers(cfg.layers, world.rank(), world.size());
   Stage stage{mpp::models::make_mlp_layers(cfg, begin, end), check::micro_batches,
               o.both_send_first};
-  const auto params = stage.layers->parameters();
-  for (const auto& p : params) p.register_hook([](const at::Tensor&) { ++weight_grads; });
+  stage_params = stage.layers->parameters();
   stage.layers->push_back(Probe());
   auto optimizer = check::make_optimizer(stage.layers->parameters());
   check::Record r;
@@ -266,15 +272,14 @@ check::Record train_learner(const World& world, const PipelineStep& step, const 
     const auto batch = mpp::models::make_regression_batch(cfg, check::pipeline_rows, s);
     optimizer.zero_grad();
     stage_events.clear();
-    weight_grads = 0;
-    weight_grads_at_gradient_sends.clear();
+    grads_seen = current_grads();
+    grads_changed_at_gradient_sends.clear();
     const double loss = step(world, stage, batch);
     if (schedule.empty()) {
-      schedule =
-          lab == "split_backward"
-              ? check_split(world.rank(), world.size(), static_cast<int>(params.size()),
-                            stage_events, weight_grads_at_gradient_sends, weight_grads)
-              : check_schedule(lab, world.rank(), world.size(), check::pipeline_rows, stage_events);
+      schedule = lab == "split_backward" ? check_split(world.rank(), world.size(), stage_events,
+                                                       grads_changed_at_gradient_sends)
+                                         : check_schedule(lab, world.rank(), world.size(),
+                                                          check::pipeline_rows, stage_events);
       if (!schedule.empty()) schedule = "  step " + std::to_string(s) + ": " + schedule + "\n";
     }
     optimizer.step();
@@ -347,7 +352,8 @@ std::string order_checked(const std::string& lab) {
 
 void World::note_send(const at::Tensor& tensor, int dst) const {
   sends_->push_back(tensor.numel());
-  if (dst == rank() - 1) weight_grads_at_gradient_sends.push_back(weight_grads);
+  if (dst == rank() - 1 && !stage_params.empty())
+    grads_changed_at_gradient_sends.push_back(grads_changed());
 }
 
 int check_pipeline(int argc, char** argv, const char* lab, PipelineReference reference,

@@ -11,10 +11,10 @@
 //   scripts/check-lab split_backward
 //
 // It trains 3 steps on 2 ranks and compares the loss and every parameter with the monolith's and
-// with mpp::Pipeline<Uniform<2>, ZeroBubbleH1<4>, Async<Gloo>>'s, and counts the weight
-// gradients the stage has computed each time it sends an input gradient: none yet for that
-// micro-batch, and ZB-H1's number for the ones before. The harness is in harness.hpp; one answer
-// is in solutions/split_backward.cpp.
+// with mpp::Pipeline<Uniform<2>, ZeroBubbleH1<4>, Async<Gloo>>'s, and looks at the parameters'
+// .grad each time the stage sends an input gradient: untouched before the first (no weight
+// gradient computed yet), then changed between two input gradients exactly where ZB-H1 runs a W.
+// The harness is in harness.hpp; one answer is in solutions/split_backward.cpp.
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/functional/loss.h>
 
@@ -102,7 +102,7 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
         "the graph is not needed after this (hints: hints/split_backward.md, 2)");
   };
 
-  // ZB-H1's order: 1F1B's forwards and I's, and each W on rank r r micro-batches behind its I
+  // ZB-H1's order: 1F1B's forwards and I's, and each W r micro-batches behind its I on rank r
   // (right after it on rank 0); the W's left run at the end.
   const int warmup = std::min(world.size() - 1 - rank, micro_batches);
   for (int m = 0; m < warmup; ++m) forward(m);

@@ -4,7 +4,7 @@
 // as its only `inputs`), keeping the graph, and sends it at once: the previous rank waits for
 // nothing else. W walks the same graph later for the parameters' gradients (backward with the
 // parameters as `inputs`), accumulating them into .grad as backward() does, and lets the graph
-// go. ZB-H1 runs each W on rank r r micro-batches behind its I, where 1F1B would idle. This W
+// go. ZB-H1 runs each W r micro-batches behind its I on rank r, where 1F1B would idle. This W
 // walks the chain of layers again to reach the weights; mpp's executor keeps each layer's output
 // gradient from I, so that its W computes only the weight gradients (chapter 09, section 2).
 //
@@ -91,7 +91,7 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
     stage_outputs[m] = at::Tensor();
   };
 
-  // ZB-H1's order: 1F1B's forwards and I's, and each W on rank r r micro-batches behind its I
+  // ZB-H1's order: 1F1B's forwards and I's, and each W r micro-batches behind its I on rank r
   // (right after it on rank 0); the W's left run at the end.
   const int warmup = std::min(world.size() - 1 - rank, micro_batches);
   for (int m = 0; m < warmup; ++m) forward(m);
