@@ -65,11 +65,11 @@ class World : public Group {
   AllReduces all_reduces() const { return *all_reduces_; }
 
   [[nodiscard]] mpp::Request isend(const at::Tensor& tensor, int dst, int tag = 0) const {
-    sends_->push_back(tensor.numel());
+    note_send(tensor, dst);
     return Group::isend(tensor, dst, tag);
   }
   void send(const at::Tensor& tensor, int dst, int tag = 0) const {
-    sends_->push_back(tensor.numel());
+    note_send(tensor, dst);
     Group::send(tensor, dst, tag);
   }
 
@@ -78,6 +78,9 @@ class World : public Group {
 
  private:
   void note_all_reduce() const;  // data_parallel_check.cpp
+  // Records the message's size; a pipeline check also notes what the stage had computed when a
+  // gradient went to the previous rank (the split_backward lab must send it before W).
+  void note_send(const at::Tensor& tensor, int dst) const;  // pipeline_check.cpp
   std::shared_ptr<AllReduces> all_reduces_ = std::make_shared<AllReduces>();
   std::shared_ptr<std::vector<std::int64_t>> sends_ = std::make_shared<std::vector<std::int64_t>>();
 };
@@ -106,10 +109,12 @@ using PipelineStep = std::function<double(const World& world, Stage& stage, cons
 
 /// The mpp::Pipeline a pipeline lab is compared with (Uniform stages, Gloo).
 enum class PipelineReference {
-  naive,             ///< Naive (one micro-batch), Blocking
-  gpipe,             ///< GPipe<4>, Blocking
-  one_f_one_b,       ///< OneFOneB<4>, Blocking
-  one_f_one_b_async  ///< OneFOneB<4>, Async
+  naive,              ///< Naive (one micro-batch), Blocking
+  gpipe,              ///< GPipe<4>, Blocking
+  one_f_one_b,        ///< OneFOneB<4>, Blocking
+  one_f_one_b_async,  ///< OneFOneB<4>, Async
+  gpipe_recompute,    ///< Recompute<Uniform<P>>, GPipe<4>, Blocking
+  zero_bubble_h1      ///< ZeroBubbleH1<4>, Async
 };
 
 /// Runs the pipeline lab `lab` on the launched ranks (2 or 4) and checks it (see the file
