@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "../common/paired.hpp"
+#include "../common/thread_times.hpp"
 #include "../common/transports.hpp"
 #include "configs.hpp"
 #include "library_step.hpp"
@@ -51,6 +52,8 @@ using mpp::bench::course;
 using mpp::bench::LibraryStep;
 using mpp::bench::MeanSquaredError;
 using mpp::bench::model_of;
+using mpp::bench::thread_times;
+using mpp::bench::ThreadTimes;
 using mpp::bench::warmup_steps;
 constexpr int M = mpp::bench::micro_batches;
 constexpr int P = 2;
@@ -104,6 +107,16 @@ constexpr ReportedFigure reported_figures[] = {
     {"compute_us_r1", [](const mpp::StepReport& r) { return r.traces[1].compute_us(); }},
 };
 
+/// Per timed step on this rank, from the scheduler's statistics between `before` and `after`:
+/// the CPU its other threads (the transport's) took, and how long the compute thread was
+/// runnable while another thread had its core.
+void thread_counters(benchmark::State& state, const ThreadTimes& before, const ThreadTimes& after) {
+  const double steps =
+      static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1));
+  state.counters["other_threads_cpu_us"] = (after.others_run_us - before.others_run_us) / steps;
+  state.counters["compute_thread_waiting_us"] = (after.own_wait_us - before.own_wait_us) / steps;
+}
+
 template <class Pipe>
 void library(benchmark::State& state, const Config& c) {
   world->barrier();
@@ -115,6 +128,7 @@ void library(benchmark::State& state, const Config& c) {
   std::vector<double> step_us, loss_sync_us;
   step_us.reserve(static_cast<std::size_t>(state.max_iterations));
   loss_sync_us.reserve(static_cast<std::size_t>(state.max_iterations));
+  const ThreadTimes before = thread_times();
   for (auto _ : state) {
     step();
     const mpp::trace::RankTrace& trace = step.pipe.last_trace();
@@ -124,6 +138,7 @@ void library(benchmark::State& state, const Config& c) {
       if (e.kind == mpp::trace::EventKind::loss_sync) sync += e.duration_us();
     loss_sync_us.push_back(sync);
   }
+  thread_counters(state, before, thread_times());
   state.SetItemsProcessed(state.iterations() * c.batch);
   state.counters["step_us_timed"] = median(std::move(step_us));
   state.counters["loss_sync_us_timed"] = median(std::move(loss_sync_us));
@@ -216,7 +231,9 @@ void hand_written_gpipe(benchmark::State& state, const Config& c) {
   world->barrier();
   HandWrittenStep step(c, group_of<Backend>());
   for (int i = 0; i < warmup_steps; ++i) step();
+  const ThreadTimes before = thread_times();
   for (auto _ : state) step();
+  thread_counters(state, before, thread_times());
   state.SetItemsProcessed(state.iterations() * c.batch);
 }
 

@@ -4,6 +4,10 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -362,6 +366,69 @@ MPP_TEST_WORKER("comm_policies") {
   }
   async.barrier();
   return 0;
+}
+
+// The threads the group started run as CommOptions::transport_threads says (argv: "batch" or
+// "normal"); the threads that were there before, this one among them, keep their policy.
+MPP_TEST_WORKER("comm_transport_threads") {
+  const std::string expected = argv[argc - 1];
+  torch::set_num_threads(1);
+  const std::vector<int> before = mpp::detail::thread_ids();
+  auto world = mpp::init_process_group();
+  int started = 0, batch = 0;
+  for (const int id : mpp::detail::thread_ids()) {
+    const bool is_batch = ::sched_getscheduler(id) == SCHED_BATCH;
+    if (std::binary_search(before.begin(), before.end(), id)) {
+      expect(!is_batch, "thread " + std::to_string(id) + ", there before the group, is not batch");
+      continue;
+    }
+    ++started;
+    batch += is_batch ? 1 : 0;
+  }
+  expect(::sched_getscheduler(0) == SCHED_OTHER, "the calling thread keeps SCHED_OTHER");
+  // Gloo's event loop and its two collective workers at least.
+  expect(started >= 3, "the group started " + std::to_string(started) + " threads");
+  if (expected == "batch")
+    expect(batch >= 3, std::to_string(batch) + " of them run SCHED_BATCH, expected 3 or more");
+  else
+    expect(batch == 0, std::to_string(batch) + " of them run SCHED_BATCH, expected none");
+  auto x = at::full({4}, static_cast<float>(world.rank() + 1));
+  world.all_reduce(x);
+  expect(x.equal(at::full({4}, 3.0f)), "the group still reduces");
+  return 0;
+}
+
+TEST_CASE("comm: the transport's threads run SCHED_BATCH unless MPP_TRANSPORT_THREADS=normal") {
+  for (const std::string policy : {"batch", "normal"}) {
+    CAPTURE(policy);
+    auto options = bounded();
+    if (policy == "normal") options.env.emplace_back("MPP_TRANSPORT_THREADS", "normal");
+    options.args = {policy};
+    auto world = mpp::test::run_world(2, "comm_transport_threads", options);
+    CHECK_MESSAGE(world.ok(), world.report());
+  }
+}
+
+TEST_CASE("comm: MPP_TRANSPORT_THREADS is read and checked") {
+  const auto read = [](const char* value) {
+    if (value)
+      ::setenv("MPP_TRANSPORT_THREADS", value, 1);
+    else
+      ::unsetenv("MPP_TRANSPORT_THREADS");
+    return mpp::CommOptions::from_env().transport_threads;
+  };
+  CHECK(read(nullptr) == mpp::TransportThreads::batch);
+  CHECK(read("normal") == mpp::TransportThreads::normal);
+  CHECK(read("batch") == mpp::TransportThreads::batch);
+  try {
+    read("fast");
+    FAIL("MPP_TRANSPORT_THREADS=fast was accepted");
+  } catch (const mpp::EnvironmentError& e) {
+    CHECK(e.variable() == "MPP_TRANSPORT_THREADS");
+    CHECK(std::string(e.what()).find("'fast' is neither 'batch' nor 'normal'") !=
+          std::string::npos);
+  }
+  ::unsetenv("MPP_TRANSPORT_THREADS");
 }
 
 TEST_CASE("comm: p2p between 2 and 4 ranks, every dtype, strided tensors") {

@@ -5,7 +5,6 @@
 
 #include <torch/nn/functional/loss.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <type_traits>

@@ -19,6 +19,7 @@
 #include "mpp/comm/env.hpp"
 #include "mpp/comm/error.hpp"
 #include "mpp/comm/policy.hpp"
+#include "mpp/comm/transport_threads.hpp"
 
 #ifdef MPP_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -79,9 +80,11 @@ struct CommOptions {
   /// Network interface for Gloo across hosts (e.g. "eth0"); empty = the one that reaches
   /// MASTER_ADDR. Ignored when every rank is on one host (loopback is used).
   std::string interface;
+  /// How the transport's own threads are scheduled (see TransportThreads).
+  TransportThreads transport_threads = TransportThreads::batch;
 
-  /// Defaults overridden by MPP_INIT_TIMEOUT_S, MPP_TIMEOUT_S and MPP_SOCKET_IFNAME (or Gloo's
-  /// own GLOO_SOCKET_IFNAME).
+  /// Defaults overridden by MPP_INIT_TIMEOUT_S, MPP_TIMEOUT_S, MPP_SOCKET_IFNAME (or Gloo's own
+  /// GLOO_SOCKET_IFNAME) and MPP_TRANSPORT_THREADS.
   static CommOptions from_env() {
     CommOptions o;
     auto seconds = [](const char* name, std::chrono::milliseconds fallback) {
@@ -98,6 +101,18 @@ struct CommOptions {
     o.timeout = seconds("MPP_TIMEOUT_S", o.timeout);
     for (const char* name : {"MPP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"})
       if (const char* v = std::getenv(name); v && *v && o.interface.empty()) o.interface = v;
+    if (const char* v = std::getenv("MPP_TRANSPORT_THREADS"); v && *v) {
+      const std::string text = v;
+      if (text == "batch")
+        o.transport_threads = TransportThreads::batch;
+      else if (text == "normal")
+        o.transport_threads = TransportThreads::normal;
+      else
+        throw EnvironmentError("MPP_TRANSPORT_THREADS",
+                               "mpp: MPP_TRANSPORT_THREADS='" + text +
+                                   "' is neither 'batch' nor 'normal'; unset it for the default "
+                                   "(batch) or set it to one of the two");
+    }
     return o;
   }
 };

@@ -24,6 +24,7 @@
 #include "mpp/comm/process_group.hpp"
 #include "mpp/comm/rendezvous.hpp"
 #include "mpp/comm/shm_group.hpp"
+#include "mpp/comm/transport_threads.hpp"
 
 namespace mpp {
 
@@ -61,7 +62,8 @@ Group<Backend> init_process_group(const Environment& env, CommOptions options) {
         });
   }
   try {
-    state->device = Traits::device(env, options);
+    state->device = detail::with_transport_threads(options.transport_threads,
+                                                   [&] { return Traits::device(env, options); });
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {

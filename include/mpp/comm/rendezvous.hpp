@@ -22,6 +22,7 @@
 #include "mpp/comm/group_state.hpp"
 #include "mpp/comm/request.hpp"
 #include "mpp/comm/store.hpp"
+#include "mpp/comm/transport_threads.hpp"
 
 namespace mpp {
 
@@ -155,7 +156,9 @@ inline c10::intrusive_ptr<c10d::ProcessGroup> connect_group(
   auto store = c10::make_intrusive<c10d::PrefixStore>(g.prefix, g.store);
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   try {
-    pg = g.backend.make(store, rank, size, g.device, g.options.timeout);
+    pg = with_transport_threads(g.options.transport_threads, [&] {
+      return g.backend.make(store, rank, size, g.device, g.options.timeout);
+    });
   } catch (const std::exception& e) {
     throw CommError(std::string(operation), -1,
                     "mpp: rank " + std::to_string(rank) + " could not connect the " +
