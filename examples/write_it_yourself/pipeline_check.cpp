@@ -83,6 +83,14 @@ struct ProbeImpl : torch::nn::Module {
 };
 TORCH_MODULE(Probe);
 
+/// "1 forward", "3 forwards": `n` and the noun, `plural` (the noun and an s) unless n is 1.
+std::string counted(long n, const std::string& noun, const std::string& plural = "") {
+  std::string text = std::to_string(n);
+  text += ' ';
+  text += n == 1 ? noun : plural.empty() ? noun + "s" : plural;
+  return text;
+}
+
 /// "F0 F1 B0 ...": the events as the messages print them; with `graphs`, a forward that kept its
 /// graph is G and one that did not F.
 std::string order_text(const std::vector<StageEvent>& events, bool graphs = false) {
@@ -131,16 +139,15 @@ std::string check_recompute(int rank, int ranks, const std::vector<StageEvent>& 
     }
   }
   if (plain != m || graphed != m || backwards != m)
-    return who + " ran " + std::to_string(plain) + " forwards without the graph, " +
-           std::to_string(graphed) + " with it and " + std::to_string(backwards) +
-           " backwards; recompute runs each of the " + std::to_string(m) +
+    return who + " ran " + counted(plain, "forward") + " without the graph, " +
+           std::to_string(graphed) + " with it and " + counted(backwards, "backward") +
+           "; recompute runs each of the " + std::to_string(m) +
            " micro-batches forward twice (without the graph, then with it right before its "
            "backward) and backward once" +
            ran;
   if (before_first_backward != m)
-    return who + " ran " + std::to_string(before_first_backward) +
-           " forwards before its first backward; GPipe runs all " + std::to_string(m) + " first" +
-           ran;
+    return who + " ran " + counted(before_first_backward, "forward") +
+           " before its first backward; GPipe runs all " + std::to_string(m) + " first" + ran;
   return "";
 }
 
@@ -154,13 +161,12 @@ std::string check_split(int rank, int ranks, const std::vector<StageEvent>& even
   int forwards = 0;
   for (const auto& e : events) forwards += e.forward ? 1 : 0;
   if (forwards != m)
-    return who + " ran " + std::to_string(forwards) +
-           " forwards; split_backward cuts the batch into " + std::to_string(m) +
-           " micro-batches, each run forward once";
+    return who + " ran " + counted(forwards, "forward") + "; split_backward cuts the batch into " +
+           std::to_string(m) + " micro-batches, each run forward once";
   if (rank > 0 && static_cast<int>(changed_at_sends.size()) != m)
-    return who + " sent " + std::to_string(changed_at_sends.size()) + " messages to rank " +
-           std::to_string(rank - 1) + "; it sends one input gradient per micro-batch, " +
-           std::to_string(m);
+    return who + " sent " + counted(static_cast<long>(changed_at_sends.size()), "message") +
+           " to rank " + std::to_string(rank - 1) +
+           "; it sends one input gradient per micro-batch, " + std::to_string(m);
   if (!changed_at_sends.empty() && changed_at_sends[0])
     return who +
            " sent micro-batch 0's input gradient after computing its weight gradients (the "
@@ -220,25 +226,26 @@ std::string check_schedule(const std::string& lab, int rank, int ranks, std::int
   const int m = lab == "naive_pipeline" ? 1 : check::micro_batches;
   if (forwards != m || backwards != m) {
     if (m == 1)
-      return who + " ran " + std::to_string(forwards) + " forwards and " +
-             std::to_string(backwards) + " backwards; the naive pipeline runs the whole batch (" +
+      return who + " ran " + counted(forwards, "forward") + " and " +
+             counted(backwards, "backward") + "; the naive pipeline runs the whole batch (" +
              std::to_string(rows) + " rows) forward once and backward once" + ran;
-    return who + " ran " + std::to_string(forwards) + " forwards and " + std::to_string(backwards) +
-           " backwards; " + lab + " cuts the batch of " + std::to_string(rows) + " rows into " +
+    return who + " ran " + counted(forwards, "forward") + " and " + counted(backwards, "backward") +
+           "; " + lab + " cuts the batch of " + std::to_string(rows) + " rows into " +
            std::to_string(m) + " micro-batches, each run forward once and backward once" + ran;
   }
   if (lab == "gpipe") {
     if (peak != m)
-      return who + " held at most " + std::to_string(peak) +
-             " micro-batches at once; GPipe runs all " + std::to_string(m) +
+      return who + " held at most " + counted(peak, "micro-batch", "micro-batches") +
+             " at once; GPipe runs all " + std::to_string(m) +
              " forwards before the first backward, so it holds " + std::to_string(m) + ran;
     return "";
   }
   if (lab == "one_f_one_b" || lab == "one_f_one_b_async") {
     const int bound = std::min(ranks - rank, m);
     if (peak > bound)
-      return who + " held " + std::to_string(peak) + " micro-batches at once; 1F1B holds at most " +
-             std::to_string(bound) + " there (P - r, with P = " + std::to_string(ranks) + ")" + ran;
+      return who + " held " + counted(peak, "micro-batch", "micro-batches") +
+             " at once; 1F1B holds at most " + std::to_string(bound) +
+             " there (P - r, with P = " + std::to_string(ranks) + ")" + ran;
   }
   const std::string want = expected_order(lab, rank, ranks, m);
   if (!want.empty() && order_text(events) != want)
