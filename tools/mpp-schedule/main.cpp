@@ -214,6 +214,18 @@ int main(int argc, char** argv) {
               << " T_comm=" << costs.comm << ")\n";
     if (!quiet) std::cout << mpp::render_ascii(events);
     std::cout << figures << '\n';
+    // With V chunks per rank a count in flight is of chunk activations, each 1/V of its rank's
+    // layers: say so, and give the same peaks in micro-batches of a whole rank's layers.
+    if (const int v = plan->table.chunks_per_rank; v > 1) {
+      std::cout << "  (counted in chunk activations, each 1/" << v
+                << " of a rank's layers; in whole micro-batches per rank";
+      for (int r = 0; r < plan->ranks(); ++r) {
+        char whole[32];
+        std::snprintf(whole, sizeof whole, " %g", plan->figures.peak_in_flight[r] / double(v));
+        std::cout << whole;
+      }
+      std::cout << ")\n";
+    }
     if (unit_us > 0.0)
       std::printf("predicted step %.2f ms (%s gives one cost unit as %.2f us)\n",
                   plan->figures.makespan * unit_us / 1e3, costs_path.c_str(), unit_us);
