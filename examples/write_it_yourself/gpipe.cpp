@@ -3,7 +3,8 @@
 // Every micro-batch forward first, then every micro-batch backward: while rank 1 runs
 // micro-batch 0's forward, rank 0 already runs micro-batch 1's. Each rank keeps every
 // micro-batch's input and output until its backward. The loops are written; the messages between
-// the ranks are yours: replace each lab::unfinished(...) with the code it asks for, then check it:
+// the ranks are yours. Each lab::unfinished(...) says what must hold there; replace it with code
+// that makes it hold (hints in tiers, up to the code: hints/gpipe.md), then check it:
 //
 //   scripts/check-lab gpipe
 //
@@ -38,8 +39,8 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
     if (!first) {
       stage_inputs[m] = at::empty_like(inputs[m]);
       lab::unfinished(
-          "receive micro-batch m's input from the previous rank (world.recv(stage_inputs[m], "
-          "rank - 1, /*tag=*/m)), then call stage_inputs[m].requires_grad_(true)");
+          "micro-batch m's input comes from the previous rank (tag m) into stage_inputs[m], and "
+          "this rank's backward must leave its gradient there (hints: hints/gpipe.md, 1)");
     }
     stage_outputs[m] = stage.layers->forward(stage_inputs[m]);
     if (last) {
@@ -48,8 +49,8 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
       loss += stage_outputs[m].item<double>();
     } else {
       lab::unfinished(
-          "send micro-batch m's activation to the next rank (world.send(stage_outputs[m].detach(), "
-          "rank + 1, /*tag=*/m))");
+          "the next rank waits for micro-batch m's output (tag m): its values, not this rank's "
+          "graph (hints: hints/gpipe.md, 2)");
     }
   }
 
@@ -59,14 +60,13 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
       stage_outputs[m].backward();
     } else {
       lab::unfinished(
-          "receive the gradient of micro-batch m's output from the next rank into "
-          "at::empty_like(stage_outputs[m]) (world.recv(..., rank + 1, m)), then run "
-          "stage_outputs[m].backward(that gradient)");
+          "micro-batch m's backward starts from the gradient of its output, which only the next "
+          "rank can compute (tag m) (hints: hints/gpipe.md, 3)");
     }
     if (!first)
       lab::unfinished(
-          "send micro-batch m's input gradient to the previous rank "
-          "(world.send(stage_inputs[m].grad(), rank - 1, m))");
+          "the previous rank's backward of micro-batch m waits for the gradient of this rank's "
+          "input (tag m) (hints: hints/gpipe.md, 4)");
   }
   return loss;
 }
