@@ -3,7 +3,8 @@
 // Each rank holds a few consecutive layers of the course MLP (stage.layers, with the whole
 // model's initial weights). Write one training step: the whole batch forward rank by rank, the
 // loss on the last rank, its gradient back rank by rank. Each lab::unfinished(...) below marks a
-// part to write and says what goes there: replace the call with that code. Then check it:
+// part to write and says what must hold there: replace the call with code that makes it hold
+// (hints in tiers, up to the code: hints/naive_pipeline.md). Then check it:
 //
 //   scripts/check-lab naive_pipeline
 //
@@ -29,8 +30,9 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
   if (!first) {
     input = at::empty_like(batch.inputs);
     lab::unfinished(
-        "receive this rank's input from the previous rank (world.recv(input, rank - 1)), then "
-        "call input.requires_grad_(true) so that backward computes its gradient");
+        "the input is what the previous rank's forward produced (world.recv fills a tensor), and "
+        "the backward must compute its gradient, which the previous rank will need (hints: "
+        "hints/naive_pipeline.md, 1)");
   }
   at::Tensor output = stage.layers->forward(input);
 
@@ -43,15 +45,16 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
     loss = mse.item<double>();
   } else {
     lab::unfinished(
-        "send the output to the next rank (world.send(output.detach(), rank + 1)), receive the "
-        "output's gradient from it into at::empty_like(output) (world.recv(..., rank + 1)), and "
-        "run output.backward(that gradient)");
+        "the next rank's forward starts from this output's values (world.send), and this rank's "
+        "backward starts from the gradient of its output, which only the next rank can compute "
+        "(hints: hints/naive_pipeline.md, 2)");
   }
 
   // Backward: the gradient of this rank's input goes back to the previous rank.
   if (!first)
     lab::unfinished(
-        "send the input's gradient to the previous rank (world.send(input.grad(), rank - 1))");
+        "the previous rank's backward waits for the gradient of this rank's input (hints: "
+        "hints/naive_pipeline.md, 3)");
   return loss;
 }
 
