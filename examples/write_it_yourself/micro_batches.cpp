@@ -4,7 +4,8 @@
 // pieces and send them through the pipeline one after the other. Nothing zeroes the gradients
 // between micro-batches, so each .grad accumulates the sum over them; for that sum to be the
 // gradient of the whole batch's mean loss, weight each micro-batch's mean loss by its share of
-// the rows. Replace each lab::unfinished(...) with the code it asks for, then check it:
+// the rows. Each lab::unfinished(...) says what must hold there; replace it with code that makes
+// it hold (hints in tiers, up to the code: hints/micro_batches.md), then check it:
 //
 //   scripts/check-lab micro_batches
 //
@@ -26,8 +27,8 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
 
   std::vector<at::Tensor> inputs, targets;
   lab::unfinished(
-      "cut the batch into stage.micro_batches micro-batches: inputs = "
-      "batch.inputs.chunk(stage.micro_batches), and targets the same from batch.targets");
+      "inputs and targets: the batch cut into stage.micro_batches pieces of consecutive rows, "
+      "the same rows in both (hints: hints/micro_batches.md, 1)");
 
   double loss = 0;
   for (int m = 0; m < static_cast<int>(inputs.size()); ++m) {
@@ -41,9 +42,9 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
     at::Tensor output = stage.layers->forward(input);
     if (last) {
       lab::unfinished(
-          "weight micro-batch m's mean loss (torch::nn::functional::mse_loss(output, targets[m]))"
-          " by its share of the batch (inputs[m].size(0) / (double)batch.inputs.size(0)), call "
-          "backward() on it (gradients add up in .grad), and add its value to `loss`");
+          "after the last micro-batch, each .grad and `loss` must be those of the whole batch's "
+          "mean squared error, also when the micro-batches differ in size (hints: "
+          "hints/micro_batches.md, 2)");
     } else {
       world.send(output.detach(), rank + 1, m);
       at::Tensor output_grad = at::empty_like(output);
