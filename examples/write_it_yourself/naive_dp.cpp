@@ -3,8 +3,9 @@
 // Every rank holds the whole model (the same initial weights: the course MLP is seeded) and
 // trains on its own share of the global batch. After backward each rank's gradients describe its
 // share only; averaging every gradient over the ranks gives every rank the gradient of the whole
-// batch, so the replicas take the same optimizer step and stay equal. Replace each
-// lab::unfinished(...) with the code it asks for, then check it:
+// batch, so the replicas take the same optimizer step and stay equal. Each lab::unfinished(...)
+// says what must hold there; replace it with code that makes it hold (hints in tiers, up to the
+// code: hints/naive_dp.md), then check it:
 //
 //   scripts/check-lab naive_dp
 //
@@ -25,20 +26,18 @@ class Replica {
   double train_step(const lab::Batch& batch) {
     at::Tensor inputs, targets;
     lab::unfinished(
-        "take this rank's share of the global batch, rows [rank * n / P, (rank + 1) * n / P): "
-        "inputs = batch.inputs.narrow(0, world_.rank() * rows, rows) with rows = "
-        "batch.inputs.size(0) / world_.size(), and targets the same from batch.targets");
+        "inputs and targets: this rank's share of the global batch, its own rows and no other "
+        "rank's, as many as every other rank has (hints: hints/naive_dp.md, 1)");
     auto loss = torch::nn::functional::mse_loss(model_->forward(inputs), targets);
     loss.backward();
 
     lab::unfinished(
-        "average every gradient over the ranks: world_.all_reduce_mean(param.grad()) for each "
-        "param in model_->parameters()");
+        "before the optimizer steps, every rank's .grad must be the whole global batch's "
+        "gradient (hints: hints/naive_dp.md, 2)");
 
     lab::unfinished(
-        "return the whole batch's loss, the mean of the ranks' losses: all_reduce_mean a copy of "
-        "it (at::Tensor global = loss.detach().clone(); world_.all_reduce_mean(global)) and "
-        "return global.item<double>()");
+        "return the whole global batch's loss, the same on every rank, without changing the "
+        "graph's loss tensor (hints: hints/naive_dp.md, 3)");
   }
 
  private:
