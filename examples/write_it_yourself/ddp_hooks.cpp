@@ -4,8 +4,8 @@
 // autograd calls it with the parameter's gradient the moment it is computed (the last layer's
 // first), and the hook starts the all-reduce of that gradient while the backward goes on with the
 // earlier layers. Before the optimizer step, wait for each all-reduce and write its average into
-// the parameter's .grad. Replace each lab::unfinished(...) with the code it asks for, then check
-// it:
+// the parameter's .grad. Each lab::unfinished(...) says what must hold there; replace it with
+// code that makes it hold (hints in tiers, up to the code: hints/ddp_hooks.md), then check it:
 //
 //   scripts/check-lab ddp_hooks
 //
@@ -25,10 +25,9 @@ class Replica {
   Replica(const lab::World& world, torch::nn::Sequential model)
       : world_(world), model_(std::move(model)), params_(model_->parameters()) {
     lab::unfinished(
-        "register one hook per parameter: params_[i].register_hook([this, i](const at::Tensor& "
-        "grad) { ... }); in it, copy the gradient (at::Tensor averaged = grad.detach().clone()), "
-        "start its average (world_.iall_reduce_mean(averaged)) and keep both in in_flight_ "
-        "(in_flight_.push_back({i, averaged, request}))");
+        "each parameter's gradient must start its average over the ranks the moment autograd "
+        "computes it, during backward(), and stay findable in in_flight_ (hints: "
+        "hints/ddp_hooks.md, 1)");
   }
   Replica(const Replica&) = delete;  // the hooks point at this object
   Replica& operator=(const Replica&) = delete;
@@ -41,9 +40,8 @@ class Replica {
     loss.backward();  // the hooks start one all-reduce per parameter on the way
 
     lab::unfinished(
-        "before the optimizer step, for each entry of in_flight_: wait for its all-reduce "
-        "(request.wait()) and copy the average into its parameter's gradient "
-        "(params_[param].grad().copy_(averaged)); then clear in_flight_ for the next step");
+        "when train_step returns, every parameter's .grad must hold its average over the ranks, "
+        "and nothing of this step may be left for the next (hints: hints/ddp_hooks.md, 2)");
 
     at::Tensor global_loss = loss.detach().clone();
     world_.all_reduce_mean(global_loss);
