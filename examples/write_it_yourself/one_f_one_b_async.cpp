@@ -4,8 +4,9 @@
 // unless this rank needs its data now: post every receive of the step at the start (irecv: the
 // buffers' shapes are known up front) and wait each just before its micro-batch is computed;
 // start every send (isend) and wait them all once, at the end of the step. With no send blocking,
-// the order of sends and receives between neighbours no longer matters. Replace each
-// lab::unfinished(...) with the code it asks for, then check it:
+// the order of sends and receives between neighbours no longer matters. Each lab::unfinished(...)
+// says what must hold there; replace it with code that makes it hold (hints in tiers, up to the
+// code: hints/one_f_one_b_async.md), then check it:
 //
 //   scripts/check-lab one_f_one_b_async
 //
@@ -40,14 +41,15 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
     if (!first) {
       stage_inputs[m] = at::empty_like(inputs[m]);
       lab::unfinished(
-          "post the receive of micro-batch m's input from the previous rank: input_arrived[m] = "
-          "world.irecv(stage_inputs[m], rank - 1, /*tag=*/m)");
+          "micro-batch m's input (tag m) may arrive from the previous rank at any time from now "
+          "on, into stage_inputs[m], without this rank waiting here (hints: "
+          "hints/one_f_one_b_async.md, 1)");
     }
     if (!last) {
       output_grads[m] = at::empty_like(inputs[m]);
       lab::unfinished(
-          "post the receive of micro-batch m's output gradient from the next rank: "
-          "grad_arrived[m] = world.irecv(output_grads[m], rank + 1, m)");
+          "the same for the gradient of micro-batch m's output, from the next rank into "
+          "output_grads[m] (hints: hints/one_f_one_b_async.md, 1)");
     }
   }
   // The sends, started as soon as their tensor is ready; their tensors stay untouched (kept in
@@ -58,7 +60,9 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
     if (first) {
       stage_inputs[m] = inputs[m];
     } else {
-      lab::unfinished("wait until micro-batch m's input has arrived: input_arrived[m].wait()");
+      lab::unfinished(
+          "the forward below reads stage_inputs[m]: it must be there by now (hints: "
+          "hints/one_f_one_b_async.md, 2)");
       stage_inputs[m].requires_grad_(true);
     }
     stage_outputs[m] = stage.layers->forward(stage_inputs[m]);
@@ -68,8 +72,8 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
       loss += stage_outputs[m].item<double>();
     } else {
       lab::unfinished(
-          "start sending micro-batch m's activation to the next rank and keep the request: "
-          "sent.push_back(world.isend(stage_outputs[m].detach(), rank + 1, m))");
+          "the next rank will wait for micro-batch m's output (tag m); this rank goes on computing "
+          "meanwhile (hints: hints/one_f_one_b_async.md, 3)");
     }
   };
   auto backward = [&](int m) {
@@ -77,13 +81,14 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
       stage_outputs[m].backward();
     } else {
       lab::unfinished(
-          "wait until micro-batch m's output gradient has arrived: grad_arrived[m].wait()");
+          "the backward below reads output_grads[m]: it must be there by now (hints: "
+          "hints/one_f_one_b_async.md, 2)");
       stage_outputs[m].backward(output_grads[m]);
     }
     if (!first)
       lab::unfinished(
-          "start sending micro-batch m's input gradient to the previous rank and keep the "
-          "request: sent.push_back(world.isend(stage_inputs[m].grad(), rank - 1, m))");
+          "the previous rank will wait for the gradient of micro-batch m's input (tag m); this "
+          "rank goes on (hints: hints/one_f_one_b_async.md, 3)");
   };
 
   // 1F1B's order: warm-up forwards, then one forward and one backward, then the backwards left.
@@ -97,8 +102,8 @@ double train_step(const lab::World& world, lab::Stage& stage, const lab::Batch& 
 
   if (!sent.empty())
     lab::unfinished(
-        "wait for every send before the step ends (its tensors must live until then): "
-        "request.wait() for each request in `sent`");
+        "no send of this step may still be in flight when it returns: the tensors it reads die "
+        "with the step (hints: hints/one_f_one_b_async.md, 4)");
   return loss;
 }
 

@@ -3,8 +3,9 @@
 // Every rank holds a buffer of n elements; every rank must end with the sum over the ranks. Put
 // the ranks on a ring, each sending only to the next, and cut the buffer into P chunks. First a
 // reduce-scatter: P - 1 steps, after which each rank holds the whole sum of one chunk. Then an
-// all-gather: P - 1 more steps, after which every rank holds every chunk of the sum. Replace each
-// lab::unfinished(...) with the code it asks for, then check it:
+// all-gather: P - 1 more steps, after which every rank holds every chunk of the sum. Each
+// lab::unfinished(...) says what must hold there; replace it with code that makes it hold, then
+// check it:
 //
 //   scripts/check-lab ring_allreduce [--ranks 4]
 //
