@@ -3,13 +3,13 @@
 // (/proc/self/task/<id>/schedstat: time on a CPU, time runnable but waiting for one). Read before
 // and after a run of steps, they say how much CPU the transport's own threads took and how long
 // the calling (compute) thread waited for its core while another thread had it.
-#include <dirent.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
+
+#include "mpp/comm/transport_threads.hpp"
 
 namespace mpp::bench {
 
@@ -24,11 +24,7 @@ struct ThreadTimes {
 inline ThreadTimes thread_times() {
   ThreadTimes t;
   const long self = ::syscall(SYS_gettid);
-  DIR* dir = ::opendir("/proc/self/task");
-  if (!dir) return t;
-  while (const dirent* entry = ::readdir(dir)) {
-    const long id = std::atol(entry->d_name);
-    if (id <= 0) continue;
+  for (const int id : mpp::detail::thread_ids()) {
     const std::string path = "/proc/self/task/" + std::to_string(id) + "/schedstat";
     FILE* f = std::fopen(path.c_str(), "r");
     if (!f) continue;
@@ -43,7 +39,6 @@ inline ThreadTimes thread_times() {
     }
     std::fclose(f);
   }
-  ::closedir(dir);
   return t;
 }
 
