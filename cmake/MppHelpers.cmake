@@ -48,57 +48,103 @@ if(MPP_CCACHE_ACTIVE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   set(MPP_PCH_OPTIONS -fpch-preprocess)
 endif()
 
-# One precompiled header for everything that uses LibTorch: compiled once, reused by all.
+# Programs that check behaviour rather than measure it (the tests, the header checks, the
+# write-it-yourself labs) build at MPP_TEST_OPTIMIZATION: what they check does not depend on the
+# optimiser, and at -O0 a test unit compiles in about 40 % of its -O3 time (docs/testing.md, "Build
+# time"). The course's labs, the benchmarks and the tools keep the build type's flags: their numbers
+# are what the docs quote. Empty: the tests take the build type's flags too.
+set(MPP_TEST_OPTIMIZATION "-O0" CACHE STRING
+    "Optimisation flag of the tests and the write-it-yourself labs (empty: the build type's)")
+
+# mpp_test_build(<target>): compiles <target> as a test (MPP_TEST_OPTIMIZATION).
+function(mpp_test_build target)
+  if(MPP_TEST_OPTIMIZATION)
+    target_compile_options(${target} PRIVATE ${MPP_TEST_OPTIMIZATION})
+  endif()
+endfunction()
+
+# One precompiled header for everything that uses LibTorch, compiled once and reused by all; a
+# second one, compiled as a test, for the tests (GCC refuses a .gch made at another -O level).
 set(MPP_PCH_TARGET "")
-if(TARGET mpp)
-  add_library(mpp_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
-  target_link_libraries(mpp_pch PUBLIC mpp::mpp)
+set(MPP_TEST_PCH_TARGET "")
+function(mpp_add_pch target)
+  add_library(${target} OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
+  target_link_libraries(${target} PUBLIC mpp::mpp)
   # Compiled with the flags of the executables that reuse it (mpp_add_executable below).
   if(TARGET Boost::headers)
-    target_link_libraries(mpp_pch PUBLIC Boost::headers)
+    target_link_libraries(${target} PUBLIC Boost::headers)
   endif()
-  mpp_project_warnings(mpp_pch)
-  target_compile_options(mpp_pch PRIVATE ${MPP_PCH_OPTIONS})
-  target_precompile_headers(mpp_pch PRIVATE
+  mpp_project_warnings(${target})
+  target_compile_options(${target} PRIVATE ${MPP_PCH_OPTIONS})
+  target_precompile_headers(${target} PRIVATE
     <torch/torch.h>
     <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
     <torch/csrc/distributed/c10d/TCPStore.hpp>)
+endfunction()
+if(TARGET mpp)
+  mpp_add_pch(mpp_pch)
   set(MPP_PCH_TARGET mpp_pch)
+  set(MPP_TEST_PCH_TARGET mpp_pch)
+  if(MPP_TEST_OPTIMIZATION)
+    mpp_add_pch(mpp_test_pch)
+    mpp_test_build(mpp_test_pch)
+    set(MPP_TEST_PCH_TARGET mpp_test_pch)
+  endif()
 endif()
 
-# mpp_add_executable(name [TORCH] SOURCES a.cpp ... [LIBS ...])
+# mpp_use_pch(<target> [TEST]): <target> reuses the LibTorch PCH (the tests' one with TEST, and
+# then it is compiled as a test too).
+function(mpp_use_pch target)
+  cmake_parse_arguments(ARG "TEST" "" "" ${ARGN})
+  set(pch ${MPP_PCH_TARGET})
+  if(ARG_TEST)
+    set(pch ${MPP_TEST_PCH_TARGET})
+    mpp_test_build(${target})
+  endif()
+  # Boost::headers for its definitions: the PCH is compiled with them.
+  if(TARGET Boost::headers)
+    target_link_libraries(${target} PRIVATE Boost::headers)
+  endif()
+  target_precompile_headers(${target} REUSE_FROM ${pch})
+  target_compile_options(${target} PRIVATE ${MPP_PCH_OPTIONS})
+endfunction()
+
+# mpp_add_executable(name [TORCH] [TEST] SOURCES a.cpp ... [LIBS ...])
 #   TORCH: links mpp::mpp and reuses the shared LibTorch PCH; otherwise links only mpp::schedule.
+#   TEST: a program that checks behaviour, compiled as a test (mpp_test_build).
 function(mpp_add_executable name)
-  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;TEST" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   mpp_project_warnings(${name})
   # The tests' and benchmarks' policy lists use Boost.Hana, which mpp::mpp does not bring.
   if(TARGET Boost::headers)
     target_link_libraries(${name} PRIVATE Boost::headers)
   endif()
+  set(test "")
+  if(ARG_TEST)
+    set(test TEST)
+  endif()
   if(ARG_TORCH)
     target_link_libraries(${name} PRIVATE mpp::mpp ${ARG_LIBS})
-    target_precompile_headers(${name} REUSE_FROM ${MPP_PCH_TARGET})
-    target_compile_options(${name} PRIVATE ${MPP_PCH_OPTIONS})
+    mpp_use_pch(${name} ${test})
   else()
     target_link_libraries(${name} PRIVATE mpp::schedule ${ARG_LIBS})
+    if(ARG_TEST)
+      mpp_test_build(${name})
+    endif()
   endif()
 endfunction()
 
 # mpp_add_compile_fail_test(<test> <source> CASE <n> [REGEX <regex>]): a CTest that builds
-# <source> with MPP_COMPILE_FAIL_CASE=<n> (an excluded object library with the LibTorch PCH and the
-# project's warnings) and passes when the build output matches <regex>. Without REGEX the case is
+# <source> with MPP_COMPILE_FAIL_CASE=<n> (an excluded object library, compiled as a test with the
+# tests' LibTorch PCH and the project's warnings) and passes when the build output matches <regex>. Without REGEX the case is
 # a control: the test passes when it compiles. The source keeps its cases behind #if on the macro.
 function(mpp_add_compile_fail_test name source)
   cmake_parse_arguments(PARSE_ARGV 2 ARG "" "CASE;REGEX" "")
   string(REGEX REPLACE "[^A-Za-z0-9_]" "_" target "mpp_compile_fail_${name}")
   add_library(${target} OBJECT EXCLUDE_FROM_ALL ${source})
   target_link_libraries(${target} PRIVATE mpp::mpp)
-  if(TARGET Boost::headers)  # what the shared PCH was built with
-    target_link_libraries(${target} PRIVATE Boost::headers)
-  endif()
-  target_precompile_headers(${target} REUSE_FROM ${MPP_PCH_TARGET})
-  target_compile_options(${target} PRIVATE ${MPP_PCH_OPTIONS})
+  mpp_use_pch(${target} TEST)
   mpp_project_warnings(${target})
   target_compile_definitions(${target} PRIVATE MPP_COMPILE_FAIL_CASE=${ARG_CASE})
   add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target ${target})

@@ -16,8 +16,14 @@ set(launcher "")
 if(MPP_CCACHE)
   set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${MPP_CCACHE})
 endif()
+# Compiled as mpp's tests are (MPP_TEST_OPTIMIZATION, when set): what it checks does not depend on
+# the optimiser.
+set(flags "")
+if(MPP_TEST_OPTIMIZATION)
+  set(flags "-DCMAKE_CXX_FLAGS_RELEASE=${MPP_TEST_OPTIMIZATION} -DNDEBUG")
+endif()
 run(${CMAKE_COMMAND} -S ${MPP_CONSUMER_SOURCE} -B ${build} -G ${MPP_GENERATOR}
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${MPP_CXX_COMPILER}
+    -DCMAKE_BUILD_TYPE=Release ${flags} -DCMAKE_CXX_COMPILER=${MPP_CXX_COMPILER}
     -DCMAKE_PREFIX_PATH=${MPP_PREFIX} ${launcher})
 run(${CMAKE_COMMAND} --build ${build})
 run(${MPP_PREFIX}/bin/mpprun --nproc-per-node 2 --timeout 240 --log-dir ${build}/logs
