@@ -101,7 +101,8 @@ function(mpp_use_pch target)
     set(pch ${MPP_TEST_PCH_TARGET})
     mpp_test_build(${target})
   endif()
-  # Boost::headers for its definitions: the PCH is compiled with them.
+  # Boost::headers for its definitions (the PCH is compiled with them) and for the tests' and
+  # benchmarks' policy lists, which use Boost.Hana.
   if(TARGET Boost::headers)
     target_link_libraries(${target} PRIVATE Boost::headers)
   endif()
@@ -116,19 +117,19 @@ function(mpp_add_executable name)
   cmake_parse_arguments(ARG "TORCH;TEST" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   mpp_project_warnings(${name})
-  # The tests' and benchmarks' policy lists use Boost.Hana, which mpp::mpp does not bring.
-  if(TARGET Boost::headers)
-    target_link_libraries(${name} PRIVATE Boost::headers)
-  endif()
-  set(test "")
-  if(ARG_TEST)
-    set(test TEST)
-  endif()
   if(ARG_TORCH)
     target_link_libraries(${name} PRIVATE mpp::mpp ${ARG_LIBS})
-    mpp_use_pch(${name} ${test})
+    if(ARG_TEST)
+      mpp_use_pch(${name} TEST)  # links Boost::headers too
+    else()
+      mpp_use_pch(${name})
+    endif()
   else()
     target_link_libraries(${name} PRIVATE mpp::schedule ${ARG_LIBS})
+    # The tests' and benchmarks' policy lists use Boost.Hana, which mpp::schedule does not bring.
+    if(TARGET Boost::headers)
+      target_link_libraries(${name} PRIVATE Boost::headers)
+    endif()
     if(ARG_TEST)
       mpp_test_build(${name})
     endif()
@@ -137,8 +138,9 @@ endfunction()
 
 # mpp_add_compile_fail_test(<test> <source> CASE <n> [REGEX <regex>]): a CTest that builds
 # <source> with MPP_COMPILE_FAIL_CASE=<n> (an excluded object library, compiled as a test with the
-# tests' LibTorch PCH and the project's warnings) and passes when the build output matches <regex>. Without REGEX the case is
-# a control: the test passes when it compiles. The source keeps its cases behind #if on the macro.
+# tests' LibTorch PCH and the project's warnings) and passes when the build output matches <regex>.
+# Without REGEX the case is a control: the test passes when it compiles. The source keeps its cases
+# behind #if on the macro.
 function(mpp_add_compile_fail_test name source)
   cmake_parse_arguments(PARSE_ARGV 2 ARG "" "CASE;REGEX" "")
   string(REGEX REPLACE "[^A-Za-z0-9_]" "_" target "mpp_compile_fail_${name}")
