@@ -130,3 +130,76 @@ TEST_CASE("search for P = 8, M = 32 in a V: proven, and not below its own bound"
   MESSAGE("P = 8, M = 32, V placement: " << found->candidates << " candidates in " << seconds
                                          << " s");
 }
+
+TEST_CASE("search with a free placement: a map that balances the heavy stages, proven") {
+  // Stages 0, 3, 4 and 7 cost four times the others. Looped puts 0 and 4 on rank 0, V puts 0 and
+  // 7 there: either way two ranks hold two heavy stages each. A free placement gives each rank one.
+  Costs costs{.forward = 1, .backward = 2, .input_grad = 1, .weight_grad = 1};
+  for (const int heavy : {0, 3, 4, 7}) costs.stage[static_cast<std::size_t>(heavy)] = {4, 8, 4, 4};
+  const SearchSpec looped{.ranks = 4,
+                          .micro_batches = 8,
+                          .placement = interleaved_placement(4, 2),
+                          .max_in_flight = 8,
+                          .costs = costs};
+  SearchSpec vee = looped;
+  vee.placement = v_shape_placement(4, 2);
+  SearchSpec free = looped;
+  free.free_placement = true;
+  const auto on_looped = run(looped), on_v = run(vee), found = run(free);
+  REQUIRE(on_looped->ok());
+  REQUIRE(on_v->ok());
+  REQUIRE_MESSAGE(found->ok(), found->error.view());
+  CHECK(found->placements > 1);
+  CHECK(on_looped->placements == 1);
+  CHECK(found->figures.makespan < on_looped->figures.makespan);
+  CHECK(found->figures.makespan < on_v->figures.makespan);
+  CHECK(found->figures.max_peak_in_flight() <= 8);
+  CHECK(found->figures.makespan >= found->lower_bound);
+  for (int r = 0; r < 4; ++r) {
+    int heavy_here = 0;
+    for (int c = 0; c < 2; ++c) {
+      const int s = found->table.placement.stage_of(r, c);
+      heavy_here += s == 0 || s == 3 || s == 4 || s == 7 ? 1 : 0;
+    }
+    CHECK_MESSAGE(heavy_here == 1, "rank " << r << ": " << describe(found->table.placement).view());
+  }
+  // The table carries its map: lowered and verified again, the same figures.
+  CHECK(make_plan(found->table, CommSemantics::buffered, costs)->figures.makespan ==
+        found->figures.makespan);
+}
+
+TEST_CASE(
+    "search with a free placement at unit costs: never longer than with the map it was given") {
+  for (const int cap : {4, 8}) {
+    const SearchSpec given{.ranks = 4,
+                           .micro_batches = 8,
+                           .placement = v_shape_placement(4, 2),
+                           .max_in_flight = cap * 2};
+    SearchSpec free = given;
+    free.free_placement = true;
+    const auto on_v = run(given), found = run(free);
+    REQUIRE(on_v->ok());
+    REQUIRE(found->ok());
+    CHECK(found->figures.makespan <= on_v->figures.makespan);
+  }
+  // One chunk per rank: every map is the looped one with its ranks renumbered.
+  const auto single = run({.ranks = 4, .micro_batches = 8, .free_placement = true});
+  REQUIRE(single->ok());
+  CHECK(single->placements == 1);
+}
+
+TEST_CASE("search with a free placement for P = 8, M = 32: proven") {
+  const auto start = std::chrono::steady_clock::now();
+  const auto found = run({.ranks = 8,
+                          .micro_batches = 32,
+                          .placement = v_shape_placement(8, 2),
+                          .free_placement = true,
+                          .max_in_flight = 16});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(found->ok());
+  CHECK(found->figures.makespan >= found->lower_bound);
+  MESSAGE("P = 8, M = 32, free placement: " << found->placements << " placements, "
+                                            << found->candidates << " candidates in " << seconds
+                                            << " s");
+}

@@ -63,9 +63,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(mpp::tools::at_least(0, "0: no cap"));
   app.add_option("--placement", placement,
-                 "search: looped (stage = chunk * P + rank) or v (rank r holds r and 2P - 1 - r)")
+                 "search: looped (stage = chunk * P + rank), v (rank r holds r and 2P - 1 - r), "
+                 "or free (the search chooses which rank holds which stage, -v of them each)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"looped", "v"}));
+      ->check(CLI::IsMember({"looped", "v", "free"}));
   std::string costs_path;
   app.add_option("--costs", costs_path,
                  "read T_F, T_B, T_I, T_W per stage and T_comm from this JSON (as the pipeline "
@@ -149,12 +150,16 @@ int main(int argc, char** argv) {
     auto compute = std::make_unique<mpp::ScheduleTable>();
     std::string label, bound;
     if (schedule_name == "search") {
-      // Looped: one chunk per rank unless -v says otherwise.
-      const int v = placement == "v" ? 2 : (app.count("--chunks") > 0 ? chunks : 1);
+      // Looped: one chunk per rank unless -v says otherwise; free: two unless -v says otherwise.
+      const int v = placement == "v"            ? 2
+                    : app.count("--chunks") > 0 ? chunks
+                    : placement == "free"       ? 2
+                                                : 1;
       mpp::SearchSpec spec{.ranks = ranks,
                            .micro_batches = micro_batches,
                            .placement = placement == "v" ? mpp::v_shape_placement(ranks, 2)
                                                          : mpp::interleaved_placement(ranks, v),
+                           .free_placement = placement == "free",
                            .max_in_flight = max_in_flight,
                            .split_backward = !full_backward,
                            .costs = costs,
@@ -166,13 +171,17 @@ int main(int argc, char** argv) {
         return 1;
       }
       *compute = found->table;
-      label = "Searched<" + std::to_string(micro_batches) + "> (" + placement + ", cap " +
+      const std::string where =
+          placement == "free" ? "free: " + std::string(mpp::describe(found->table.placement).view())
+                              : placement;
+      label = "Searched<" + std::to_string(micro_batches) + "> (" + where + ", cap " +
               (max_in_flight > 0 ? std::to_string(max_in_flight) : std::string("none")) + ") on " +
               std::to_string(ranks) + " ranks";
       char text[200];
-      std::snprintf(text, sizeof text, "lower bound %d, gap %.1f%% (%d candidates; the best: %s)",
-                    found->lower_bound, 100.0 * found->gap(), found->candidates,
-                    std::string(found->origin.view()).c_str());
+      std::snprintf(text, sizeof text,
+                    "lower bound %d, gap %.1f%% (%d candidates in %d placement%s; the best: %s)",
+                    found->lower_bound, 100.0 * found->gap(), found->candidates, found->placements,
+                    found->placements == 1 ? "" : "s", std::string(found->origin.view()).c_str());
       bound = text;
     } else if (!import_path.empty()) {
       const int ignored = mpp::table_from_action_csv(*compute, read_file(import_path), semantics);

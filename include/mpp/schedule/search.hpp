@@ -16,6 +16,12 @@
 // chunk that would free one, and messages that cost make that happen). The built-ins with the same
 // placement are candidates too. Every candidate is verified under the costs; the shortest sound
 // one wins. Deterministic, and a few milliseconds per candidate for P <= 8, M <= 32.
+//
+// With a free placement the search also chooses which rank holds which stage. Every map with V
+// stages per rank is allowed, too many to search each (2 027 025 for P = 8, V = 2), so a few are:
+// the ready-made ones (looped, V, and blocks of V consecutive stages), and from each the map that
+// swapping two stages between ranks reaches while every swap lowers the map's lower bound (its
+// busiest rank's compute and head) or keeps it and sends fewer messages. Each is searched as above.
 #include <string_view>
 
 #include "mpp/schedule/builtin.hpp"
@@ -32,6 +38,9 @@ struct SearchSpec {
   int micro_batches = 8;  ///< M
   /// Where the stages live; unplaced (ranks 0): interleaved with one chunk per rank.
   Placement placement{.ranks = 0};
+  /// The search chooses where the stages live as well: `placement` then fixes only the number of
+  /// chunks per rank (and is one of the maps tried).
+  bool free_placement = false;
   /// The cap on activations a rank holds (chunk activations, forwarded and not yet through their
   /// weight grad): 1F1B's peak is P for one chunk per rank, 2P for two. 0: no cap.
   int max_in_flight = 0;
@@ -46,9 +55,10 @@ struct SearchResult {
   ScheduleTable table{};   ///< the best sound table found
   VerifyResult figures{};  ///< its makespan, bubble and peak per rank, lowered for the semantics
   /// A step cannot be shorter: the busiest rank's compute plus the forwards (and messages) before
-  /// its first stage can start.
+  /// its first stage can start. With a free placement, that of the placement the table has.
   int lower_bound = 0;
   int candidates = 0;  ///< the tables tried
+  int placements = 0;  ///< the placements tried: 1 unless the placement is free
   /// Where the table came from: "list scheduling", or the built-in it is (the built-ins that fit
   /// the spec are candidates too).
   FixedText origin{};
@@ -227,25 +237,194 @@ constexpr bool list_schedule(ScheduleTable& t, const SearchSpec& spec, const Sea
   return true;
 }
 
-/// The lower bound of SearchResult.
-constexpr int search_lower_bound(const ScheduleTable& t, const Costs& costs, bool split) {
-  const int P = t.ranks, M = t.micro_batches, V = t.chunks_per_rank;
+/// The lower bound of SearchResult, for M micro-batches through placement `p`.
+constexpr int search_lower_bound(const Placement& p, int M, const Costs& costs, bool split) {
+  const int P = p.ranks, V = p.chunks_per_rank;
   int bound = 0;
   for (int r = 0; r < P; ++r) {
     int busy = 0, head = 0x3fffffff;
     for (int c = 0; c < V; ++c) {
-      const int s = t.stage_of(r, c);
+      const int s = p.stage_of(r, c);
       // Split, a built-in with whole backwards is a candidate too: the cheaper of the two.
       const int halves = costs.of(Op::I, s) + costs.of(Op::W, s), whole = costs.of(Op::B, s);
       busy += M * (costs.of(Op::F, s) + (split && halves < whole ? halves : whole));
       int reach = 0;  // the first forward's input reaches stage s
       for (int q = 0; q < s; ++q)
-        reach += costs.of(Op::F, q) + (t.placement.link(q, +1).is_message() ? costs.comm : 0);
+        reach += costs.of(Op::F, q) + (p.link(q, +1).is_message() ? costs.comm : 0);
       head = reach < head ? reach : head;
     }
     bound = head + busy > bound ? head + busy : bound;
   }
   return bound;
+}
+
+/// At most this many placements are searched when the placement is free.
+inline constexpr int max_free_placements = 8;
+
+/// How a free search ranks a placement before searching it: its lower bound, then its messages
+/// (links between consecutive stages on two ranks).
+struct PlacementScore {
+  int bound = 0;
+  int messages = 0;
+  friend constexpr auto operator<=>(const PlacementScore&, const PlacementScore&) = default;
+};
+
+constexpr PlacementScore placement_score(const Placement& p, const SearchSpec& spec) {
+  PlacementScore score{search_lower_bound(p, spec.micro_batches, spec.costs, spec.split_backward),
+                       0};
+  for (int s = 0; s + 1 < p.stages(); ++s) score.messages += p.link(s, +1).is_message() ? 1 : 0;
+  return score;
+}
+
+/// `p` with its ranks renumbered in the order of their lowest stage (stage 0 on rank 0): every
+/// rank and every link cost the same to the cost model, so renumbered maps are one map.
+constexpr Placement canonical(const Placement& p) {
+  int renamed[max_ranks], rank_of_stage[max_stages]{};
+  for (int& r : renamed) r = -1;
+  int next = 0;
+  for (int s = 0; s < p.stages(); ++s) {
+    int& to = renamed[p.rank_of(s)];
+    if (to < 0) to = next++;
+    rank_of_stage[s] = to;
+  }
+  Placement out{};
+  FixedText ignored{};  // a renumbered placement is a placement
+  place_stages(out, p.ranks,
+               std::span<const int>(rank_of_stage, static_cast<std::size_t>(p.stages())), ignored);
+  return out;
+}
+
+/// Rank r holds stages r * V .. r * V + V - 1: no message inside a rank's block.
+constexpr Placement block_placement(int ranks, int chunks_per_rank) {
+  int rank_of_stage[max_stages]{};
+  for (int s = 0; s < ranks * chunks_per_rank; ++s) rank_of_stage[s] = s / chunks_per_rank;
+  Placement out{};
+  FixedText ignored{};  // V stages on each of P ranks
+  place_stages(
+      out, ranks,
+      std::span<const int>(rank_of_stage, static_cast<std::size_t>(ranks * chunks_per_rank)),
+      ignored);
+  return out;
+}
+
+/// From `p`, swaps two stages between ranks while a swap scores lower, taking the best swap each
+/// time (see the file comment).
+constexpr Placement improve_placement(Placement p, const SearchSpec& spec) {
+  const int S = p.stages();
+  PlacementScore score = placement_score(p, spec);
+  for (int round = 0; round < S * S; ++round) {
+    int best_a = -1, best_b = -1;
+    PlacementScore best = score;
+    for (int a = 0; a < S; ++a)
+      for (int b = a + 1; b < S; ++b) {
+        if (p.rank_of(a) == p.rank_of(b)) continue;
+        int rank_of_stage[max_stages]{};
+        for (int s = 0; s < S; ++s) rank_of_stage[s] = p.rank_of(s);
+        rank_of_stage[a] = p.rank_of(b);
+        rank_of_stage[b] = p.rank_of(a);
+        Placement swapped{};
+        FixedText ignored{};  // a swap keeps V stages on every rank
+        place_stages(swapped, p.ranks,
+                     std::span<const int>(rank_of_stage, static_cast<std::size_t>(S)), ignored);
+        const PlacementScore candidate = placement_score(swapped, spec);
+        if (candidate < best) {
+          best = candidate;
+          best_a = a;
+          best_b = b;
+        }
+      }
+    if (best_a < 0) break;
+    int rank_of_stage[max_stages]{};
+    for (int s = 0; s < S; ++s) rank_of_stage[s] = p.rank_of(s);
+    rank_of_stage[best_a] = p.rank_of(best_b);
+    rank_of_stage[best_b] = p.rank_of(best_a);
+    FixedText ignored{};
+    place_stages(p, p.ranks, std::span<const int>(rank_of_stage, static_cast<std::size_t>(S)),
+                 ignored);
+    score = best;
+  }
+  return p;
+}
+
+/// The placements a free search tries, distinct up to renumbering, the given one first; returns
+/// how many were written to `out`.
+constexpr int free_placements(Placement (&out)[max_free_placements], const Placement& given,
+                              const SearchSpec& spec) {
+  const int P = given.ranks, V = given.chunks_per_rank;
+  int n = 0;
+  const auto add = [&](const Placement& p) {
+    const Placement c = canonical(p);
+    for (int k = 0; k < n; ++k)
+      if (canonical(out[k]) == c) return;
+    if (n < max_free_placements) out[n++] = p;
+  };
+  const Placement starts[] = {given, interleaved_placement(P, V), v_shape_placement(P, V),
+                              block_placement(P, V)};
+  for (const Placement& p : starts) add(p);
+  for (const Placement& p : starts) add(improve_placement(p, spec));
+  return n;
+}
+
+/// Searches the tables of one placement (the file comment), keeping in `out` the shortest sound
+/// one within the cap found so far, over every placement searched into it.
+constexpr void search_placed(SearchResult& out, const SearchSpec& spec,
+                             const Placement& placement) {
+  const int V = placement.chunks_per_rank;
+  ScheduleTable probe{};
+  init_table(probe, "the search", spec.ranks, spec.micro_batches, V, spec.split_backward ? 7 : 6);
+  probe.placement = placement;
+  const int bound =
+      search_lower_bound(placement, spec.micro_batches, spec.costs, spec.split_backward);
+  ++out.placements;
+  const int deepest = spec.micro_batches * V;  // a warm-up deeper than this changes nothing
+  ScheduleTable candidate{};
+  ScheduleTable lowered{};
+  VerifyResult figures{};
+  bool found = out.figures.ok;
+  // Lowers, verifies and keeps `candidate` when it is sound, within the cap and the shortest yet.
+  const auto consider = [&](std::string_view origin) {
+    ++out.candidates;
+    lower_into(lowered, candidate, spec.semantics, spec.costs);
+    verify_into(figures, lowered, spec.semantics, spec.costs, nullptr);
+    if (!figures.ok) return;
+    if (spec.max_in_flight > 0 && figures.max_peak_in_flight() > spec.max_in_flight) return;
+    if (!found || figures.makespan < out.figures.makespan) {
+      found = true;
+      out.figures = figures;
+      out.table = candidate;
+      out.lower_bound = bound;
+      out.origin = FixedText{};
+      out.origin << origin;
+    }
+  };
+  for (int limit = 1; limit <= deepest; ++limit)
+    for (int shape = 0; shape < (V > 1 && spec.max_in_flight > 0 ? 24 : 8); ++shape) {
+      const int reserve = shape / 8 == 2 ? spec.micro_batches * V : shape / 8;
+      const SearchPolicy policy{limit, (shape & 1) != 0, (shape & 2) == 0, (shape & 4) != 0,
+                                reserve};
+      candidate = probe;
+      const bool finished = with_state<SearchState>(
+          [&](SearchState& st) { return list_schedule(candidate, spec, policy, st); });
+      if (finished)
+        consider("list scheduling");
+      else
+        ++out.candidates;
+    }
+  // The built-ins with the same placement, M and kind of backward are candidates too: the result
+  // is never predicted slower than one of them at the same cap.
+  for_each_builtin_schedule([&]<class F>() {
+    if (F::fixed_chunks != 0 && F::fixed_chunks != V) return;
+    candidate = ScheduleTable{};
+    F::generate(candidate, spec.ranks, F::takes_micro_batches ? spec.micro_batches : 1, V);
+    if (!candidate.ok() || candidate.micro_batches != spec.micro_batches ||
+        !(candidate.placement == placement))
+      return;
+    if (!spec.split_backward)
+      for (int r = 0; r < candidate.ranks; ++r)
+        for (int k = 0; k < candidate.length[r]; ++k)
+          if (candidate.actions[r][k].op == Op::I || candidate.actions[r][k].op == Op::W) return;
+    consider(F::name);
+  });
 }
 
 }  // namespace detail
@@ -274,59 +453,15 @@ constexpr void search_into(SearchResult& out, const SearchSpec& spec) {
               << spec.max_in_flight;
     return;
   }
-  probe.placement = placement;
-  out.lower_bound = detail::search_lower_bound(probe, spec.costs, spec.split_backward);
+  if (!spec.free_placement) {
+    detail::search_placed(out, spec, placement);
+  } else {
+    Placement maps[detail::max_free_placements]{};
+    const int n = detail::free_placements(maps, placement, spec);
+    for (int k = 0; k < n; ++k) detail::search_placed(out, spec, maps[k]);
+  }
   const int cap = spec.max_in_flight > 0 ? spec.max_in_flight : spec.micro_batches * V;
-  const int deepest = spec.micro_batches * V;  // a warm-up deeper than this changes nothing
-  ScheduleTable candidate{};
-  ScheduleTable lowered{};
-  VerifyResult figures{};
-  bool found = false;
-  // Lowers, verifies and keeps `candidate` when it is sound, within the cap and the shortest yet.
-  const auto consider = [&](std::string_view origin) {
-    ++out.candidates;
-    lower_into(lowered, candidate, spec.semantics, spec.costs);
-    detail::verify_into(figures, lowered, spec.semantics, spec.costs, nullptr);
-    if (!figures.ok) return;
-    if (spec.max_in_flight > 0 && figures.max_peak_in_flight() > spec.max_in_flight) return;
-    if (!found || figures.makespan < out.figures.makespan) {
-      found = true;
-      out.figures = figures;
-      out.table = candidate;
-      out.origin = FixedText{};
-      out.origin << origin;
-    }
-  };
-  for (int limit = 1; limit <= deepest; ++limit)
-    for (int shape = 0; shape < (V > 1 && spec.max_in_flight > 0 ? 24 : 8); ++shape) {
-      const int reserve = shape / 8 == 2 ? spec.micro_batches * V : shape / 8;
-      const detail::SearchPolicy policy{limit, (shape & 1) != 0, (shape & 2) == 0, (shape & 4) != 0,
-                                        reserve};
-      candidate = probe;
-      const bool finished = detail::with_state<detail::SearchState>([&](detail::SearchState& st) {
-        return detail::list_schedule(candidate, spec, policy, st);
-      });
-      if (finished)
-        consider("list scheduling");
-      else
-        ++out.candidates;
-    }
-  // The built-ins with the same placement, M and kind of backward are candidates too: the result
-  // is never predicted slower than one of them at the same cap.
-  for_each_builtin_schedule([&]<class F>() {
-    if (F::fixed_chunks != 0 && F::fixed_chunks != V) return;
-    candidate = ScheduleTable{};
-    F::generate(candidate, spec.ranks, F::takes_micro_batches ? spec.micro_batches : 1, V);
-    if (!candidate.ok() || candidate.micro_batches != spec.micro_batches ||
-        !(candidate.placement == placement))
-      return;
-    if (!spec.split_backward)
-      for (int r = 0; r < candidate.ranks; ++r)
-        for (int k = 0; k < candidate.length[r]; ++k)
-          if (candidate.actions[r][k].op == Op::I || candidate.actions[r][k].op == Op::W) return;
-    consider(F::name);
-  });
-  if (!found)
+  if (!out.figures.ok)
     out.error << "mpp: no schedule of " << spec.ranks << " ranks and " << spec.micro_batches
               << " micro-batches fits within " << cap
               << " activations per rank; raise the cap (one micro-batch at a time needs " << V
