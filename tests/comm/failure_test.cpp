@@ -247,23 +247,25 @@ TEST_CASE("comm: rank 0 cannot serve the store on a taken port") {
 TEST_CASE("comm: a wait on a silent peer times out naming the peer and the operation") {
   auto options = with_deadlines("30", "1.5");
   options.args = {"recv", "4000"};
-  auto world = mpp::test::run_world(2, "comm_silent_peer", options);
+  {
+    const auto world = mpp::test::run_world(2, "comm_silent_peer", options);
+    CHECK_MESSAGE(world.ok(), world.report());
+    const auto& out = world.output(0);
+    CAPTURE(out);  // read when a check below fails: `out` must outlive them
+    CHECK(contains(out, "timeout op=recv peer=1"));
+    CHECK(contains(
+        out, "mpp: recv from rank 1 [tag 7, Float[16]] on rank 0 did not complete within 1500 ms"));
+    CHECK(elapsed_printed(out) >= 1'400);
+    CHECK(elapsed_printed(out) < 3'500);
+  }
+  options.args = {"barrier", "4000"};
+  const auto world = mpp::test::run_world(2, "comm_silent_peer", options);
   CHECK_MESSAGE(world.ok(), world.report());
   const auto& out = world.output(0);
   CAPTURE(out);
-  CHECK(contains(out, "timeout op=recv peer=1"));
-  CHECK(contains(
-      out, "mpp: recv from rank 1 [tag 7, Float[16]] on rank 0 did not complete within 1500 ms"));
-  CHECK(elapsed_printed(out) >= 1'400);
+  CHECK(contains(out, "timeout op=barrier peer=-1"));
+  CHECK(contains(out, "has not joined this collective"));
   CHECK(elapsed_printed(out) < 3'500);
-
-  options.args = {"barrier", "4000"};
-  world = mpp::test::run_world(2, "comm_silent_peer", options);
-  CHECK_MESSAGE(world.ok(), world.report());
-  CAPTURE(world.output(0));
-  CHECK(contains(world.output(0), "timeout op=barrier peer=-1"));
-  CHECK(contains(world.output(0), "has not joined this collective"));
-  CHECK(elapsed_printed(world.output(0)) < 3'500);
 }
 
 TEST_CASE("comm: a dead peer is reported at once, not at the deadline") {

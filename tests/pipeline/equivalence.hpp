@@ -110,10 +110,12 @@ std::string compare_with_monolith(const auto& world) {
   return problems;
 }
 
-template <class Sched, class Comm, int P>
-std::string worker_name() {
-  return "pipeline-equivalence/" + mpp::schedule_display_name<Sched>() + "/" +
-         mpp::comm_display_name<Comm>() + "/P" + std::to_string(P);
+/// The worker's registry name. `label` names the schedule: its display name, or the test's own
+/// label where several schedules share one (every `Custom` table displays as "Custom").
+template <class Comm, int P>
+std::string worker_name(const std::string& label) {
+  return "pipeline-equivalence/" + label + "/" + mpp::comm_display_name<Comm>() + "/P" +
+         std::to_string(P);
 }
 
 template <class Sched, class Comm, int P>
@@ -134,62 +136,73 @@ int equivalence_worker(int, char**) {
   return 0;
 }
 
-/// Registers one worker per (comm policy, rank count in `Ranks`) of schedule `Sched`; returns
-/// true.
+/// Registers one worker per (comm policy, rank count in `Ranks`) of schedule `Sched` under
+/// `label`. False when another schedule holds one of those names already: its workers would run
+/// in this test's place.
 template <class Sched, int... Ranks>
-bool register_workers() {
-  for_each_type<comm_policies>([]<class Comm>() {
-    (worker_registry().emplace(worker_name<Sched, Comm, Ranks>(),
-                               &equivalence_worker<Sched, Comm, Ranks>),
-     ...);
+bool register_workers(const std::string& label) {
+  bool own = true;
+  for_each_type<comm_policies>([&]<class Comm>() {
+    using Worker = int (*)(int, char**);
+    const auto add = [&](const std::string& name, Worker worker) {
+      const auto [it, inserted] = worker_registry().emplace(name, worker);
+      const Worker* held = it->second.template target<Worker>();
+      own = own && (inserted || (held != nullptr && *held == worker));
+    };
+    (add(worker_name<Comm, Ranks>(label), &equivalence_worker<Sched, Comm, Ranks>), ...);
   });
-  return true;
+  return own;
 }
 
-template <class Sched, class Comm, int P>
-void run_equivalence() {
+template <class Comm, int P>
+void run_equivalence(const std::string& label) {
   WorldOptions options;
   options.timeout = std::chrono::seconds(120);
   options.env = {{"MPP_TIMEOUT_S", "30"}, {"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
-  const auto world = run_world(P, worker_name<Sched, Comm, P>(), options);
-  INFO(worker_name<Sched, Comm, P>());
+  const auto world = run_world(P, worker_name<Comm, P>(label), options);
+  INFO(worker_name<Comm, P>(label));
   CHECK_MESSAGE(world.ok(), world.report());
 }
 
-template <class Sched, int... Ranks>
-void run_all(bool registered) {
-  REQUIRE(registered);
-  for_each_type<comm_policies>([]<class Comm>() { (run_equivalence<Sched, Comm, Ranks>(), ...); });
+template <int... Ranks>
+void run_all(bool registered, const std::string& label) {
+  const std::string clash = "another schedule registered the workers named '" + label +
+                            "': give this test its own label (MPP_PIPELINE_EQUIVALENCE_AS)";
+  REQUIRE_MESSAGE(registered, clash);
+  for_each_type<comm_policies>([&]<class Comm>() { (run_equivalence<Comm, Ranks>(label), ...); });
 }
 
-/// The test case's name for `Sched`, kept for the program's life (doctest keeps the pointer).
+/// The test case's name for the schedule labelled `label`, kept for the program's life (doctest
+/// keeps the pointer).
 template <class Sched, int... Ranks>
-const char* test_name() {
+const char* test_name(const std::string& label) {
   static const std::string name =
       "pipeline training equals the monolith for every comm policy, partition and Recompute: " +
-      mpp::schedule_display_name<Sched>() +
-      ((" on " + std::to_string(Ranks) + " ranks") + ... + std::string());
+      label + ((" on " + std::to_string(Ranks) + " ranks") + ... + std::string());
   return name.c_str();
 }
 
 }  // namespace mpp::test::equivalence
 
-/// One schedule's workers (registered before main() runs) and its test case, on 2 and 4 ranks.
-#define MPP_PIPELINE_EQUIVALENCE(...)                                           \
-  namespace {                                                                   \
-  const bool equivalence_registered =                                           \
-      mpp::test::equivalence::register_workers<__VA_ARGS__, 2, 4>();            \
-  }                                                                             \
-  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__>())) {               \
-    mpp::test::equivalence::run_all<__VA_ARGS__, 2, 4>(equivalence_registered); \
+/// One schedule's workers (registered before main() runs) and its test case, on `RANKS` ranks,
+/// named `LABEL`: for schedules whose display name others share (every `Custom` table).
+#define MPP_PIPELINE_EQUIVALENCE_AS(LABEL, RANKS, ...)                        \
+  namespace {                                                                 \
+  const bool equivalence_registered =                                         \
+      mpp::test::equivalence::register_workers<__VA_ARGS__, RANKS>(LABEL);    \
+  }                                                                           \
+  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__, RANKS>(LABEL))) { \
+    mpp::test::equivalence::run_all<RANKS>(equivalence_registered, LABEL);    \
   }
 
-/// The same for a schedule that runs on `RANKS` ranks only (a table written for them).
-#define MPP_PIPELINE_EQUIVALENCE_ON(RANKS, ...)                                  \
-  namespace {                                                                    \
-  const bool equivalence_registered =                                            \
-      mpp::test::equivalence::register_workers<__VA_ARGS__, RANKS>();            \
-  }                                                                              \
-  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__, RANKS>())) {         \
-    mpp::test::equivalence::run_all<__VA_ARGS__, RANKS>(equivalence_registered); \
+/// The same, named by the schedule's display name, on 2 and 4 ranks.
+#define MPP_PIPELINE_EQUIVALENCE(...)                                                              \
+  namespace {                                                                                      \
+  const bool equivalence_registered = mpp::test::equivalence::register_workers<__VA_ARGS__, 2, 4>( \
+      mpp::schedule_display_name<__VA_ARGS__>());                                                  \
+  }                                                                                                \
+  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__>(                                       \
+      mpp::schedule_display_name<__VA_ARGS__>()))) {                                               \
+    mpp::test::equivalence::run_all<2, 4>(equivalence_registered,                                  \
+                                          mpp::schedule_display_name<__VA_ARGS__>());              \
   }

@@ -17,4 +17,4 @@ static_assert(imported::ImportedDualPipeV::table(4).placement == mpp::v_shape_pl
 static_assert(mpp::verify<imported::ImportedDualPipeV>(4, mpp::CommSemantics::buffered).makespan ==
               mpp::verify<mpp::DualPipeV<10>>(4, mpp::CommSemantics::buffered).makespan);
 
-MPP_PIPELINE_EQUIVALENCE_ON(4, imported::ImportedDualPipeV)
+MPP_PIPELINE_EQUIVALENCE_AS("Custom (DualPipeV from PyTorch's CSV)", 4, imported::ImportedDualPipeV)
