@@ -1,10 +1,11 @@
 // The searched schedules against the built-ins at the same activation memory. For each model (the
-// course's, and h1024 b512) on the world's ranks (2 or 4) over Shm, five pipelines train side by
-// side: 1F1B, ZB-H1 and ZB-V, and the two tables `mpp-schedule search` found from this machine's
+// course's, and h1024 b512) on the world's ranks (2 or 4) over Shm, six pipelines train side by
+// side: 1F1B, ZB-H1 and ZB-V, and the three tables `mpp-schedule search` found from this machine's
 // measured costs (benchmarks/pipeline/costs/, written by `pipeline_bench --costs-out`): one chunk
-// per rank capped at P activations in flight (1F1B's and ZB-H1's peak), and two chunks in a V
-// capped at 2P chunk activations (ZB-V's peak, the same bytes). The headers are emitted at build
-// time (CMakeLists.txt), so each searched table is proven by its static_assert like a built-in.
+// per rank capped at P activations in flight (1F1B's and ZB-H1's peak), two chunks in a V capped
+// at 2P chunk activations (ZB-V's peak, the same bytes), and two chunks per rank wherever the
+// search put them, with the V's costs and cap. The headers are emitted at build time
+// (CMakeLists.txt), so each searched table is proven by its static_assert like a built-in.
 //
 // One benchmark iteration is a round: each pipeline runs a few steps in turn, in an order that
 // rotates by one every round, and its round time is the median of its steps. Counters, per
@@ -36,12 +37,16 @@
 #include "configs.hpp"
 #include "library_step.hpp"
 #include "mpp/trace/costs_json.hpp"
+#include "searched/compute_h1024_b512_p2_free.hpp"
 #include "searched/compute_h1024_b512_p2_looped.hpp"
 #include "searched/compute_h1024_b512_p2_v.hpp"
+#include "searched/compute_h1024_b512_p4_free.hpp"
 #include "searched/compute_h1024_b512_p4_looped.hpp"
 #include "searched/compute_h1024_b512_p4_v.hpp"
+#include "searched/course_h128_b32_p2_free.hpp"
 #include "searched/course_h128_b32_p2_looped.hpp"
 #include "searched/course_h128_b32_p2_v.hpp"
+#include "searched/course_h128_b32_p4_free.hpp"
 #include "searched/course_h128_b32_p4_looped.hpp"
 #include "searched/course_h128_b32_p4_v.hpp"
 
@@ -58,21 +63,25 @@ template <>
 struct Searched<2, 0> {
   using looped = searched::course_h128_b32_p2_looped;
   using v = searched::course_h128_b32_p2_v;
+  using free_placement = searched::course_h128_b32_p2_free;
 };
 template <>
 struct Searched<4, 0> {
   using looped = searched::course_h128_b32_p4_looped;
   using v = searched::course_h128_b32_p4_v;
+  using free_placement = searched::course_h128_b32_p4_free;
 };
 template <>
 struct Searched<2, 1> {
   using looped = searched::compute_h1024_b512_p2_looped;
   using v = searched::compute_h1024_b512_p2_v;
+  using free_placement = searched::compute_h1024_b512_p2_free;
 };
 template <>
 struct Searched<4, 1> {
   using looped = searched::compute_h1024_b512_p4_looped;
   using v = searched::compute_h1024_b512_p4_v;
+  using free_placement = searched::compute_h1024_b512_p4_free;
 };
 
 /// Where a model's measured costs live: "<model>_p<P>_<looped|v>.json".
@@ -140,6 +149,7 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
   all.push_back(contestant<ZeroBubbleV<M>, P>("ZB-V", false, c, group));
   all.push_back(contestant<typename S::looped, P>("searched_looped", true, c, group));
   all.push_back(contestant<typename S::v, P>("searched_v", true, c, group));
+  all.push_back(contestant<typename S::free_placement, P>("searched_free", true, c, group));
   for (auto& each : all)
     for (int i = 0; i < warmup_steps; ++i) each.step();
 
