@@ -242,6 +242,19 @@ expect_commands fail "--not-built benchmarks still checks the examples" \
   "docs/01-lab.md:42: program build/release/examples/02_gone/lab does not exist in the build tree"
 commands_options=()
 
+# 14. A chapter over 2,000 words of prose fails naming it and its count; the same words in a fenced
+# block (a program's output), or in an HTML comment over several lines, are not prose.
+words=$(for _ in $(seq 150); do echo "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"; done)
+make_repo
+printf '\n%s\n' "$words" >>"$work/repo/docs/01-lab.md"
+expect_fail "long chapter" "docs/01-lab.md: the chapter has 2" "words of prose, more than 2000"
+make_repo
+printf '\n```text\n%s\n```\n' "$words" >>"$work/repo/docs/01-lab.md"
+expect_pass "words in a fenced block"
+make_repo
+printf '\n<!-- a note for the authors,\n%s\nend of the note -->\n' "$words" >>"$work/repo/docs/01-lab.md"
+expect_pass "words in an HTML comment over several lines"
+
 if ((failures)); then
   echo "check_test: $failures failure(s)" >&2
   exit 1
