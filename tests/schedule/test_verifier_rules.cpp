@@ -231,6 +231,39 @@ TEST_CASE("communication costs: both lowerings stay sound, and the step gets lon
   CHECK(il->figures.ok);
 }
 
+TEST_CASE("posting overheads: an async replay charges them to the posting rank, nothing else") {
+  const Costs free{.forward = 2, .backward = 4, .input_grad = 2, .weight_grad = 2, .comm = 1};
+  Costs posted = free;
+  posted.send_overhead = 1;
+  posted.recv_overhead = 1;
+  for (std::string_view kind : {"GPipe", "OneFOneB", "ZeroBubbleH1"}) {
+    CAPTURE(kind);
+    const auto async = plan_of(kind, 4, 8, 1, CommSemantics::buffered);
+    const auto without = verify(async->table, CommSemantics::buffered, free);
+    const auto with = verify(async->table, CommSemantics::buffered, posted);
+    REQUIRE(with.ok);
+    // The rank in the middle posts 4 messages per micro-batch; some of them are on its path.
+    CHECK(with.makespan > without.makespan);
+    CHECK(with.total_busy == without.total_busy);  // posting is not compute: it is bubble
+    CHECK(with.bubble_fraction() > without.bubble_fraction());
+    // No rank finishes earlier than its compute plus every post it makes.
+    for (int r = 0; r < 4; ++r) {
+      int posts = 0;
+      for (int k = 0; k < async->table.length[r]; ++k)
+        posts += is_comm(async->table.actions[r][k].op) ? 1 : 0;
+      CHECK(with.finish[r] >= with.busy[r] + posts);
+    }
+    // A rendezvous transfer is T_comm on both ranks; a compute-only table's are implicit.
+    const auto blocking = plan_of(kind, 4, 8, 1, CommSemantics::rendezvous);
+    CHECK(verify(blocking->table, CommSemantics::rendezvous, posted).makespan ==
+          verify(blocking->table, CommSemantics::rendezvous, free).makespan);
+    auto compute = std::make_unique<ScheduleTable>();
+    generate_into(*compute, ScheduleSpec{kind, 8, 1}, 4);
+    CHECK(verify(*compute, CommSemantics::buffered, posted).makespan ==
+          verify(*compute, CommSemantics::buffered, free).makespan);
+  }
+}
+
 TEST_CASE("torch.distributed.pipelining action strings and CSV round-trip") {
   int stage = -1, mb = -1;
   Op op = Op::F;

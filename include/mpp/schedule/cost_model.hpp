@@ -24,6 +24,15 @@ struct Costs {
   int input_grad = 1;   ///< T_I, the input-grad half of a split backward
   int weight_grad = 1;  ///< T_W, the weight-grad half
   int comm = 0;         ///< T_comm: one point-to-point transfer between neighbouring ranks
+  /// LogP's overhead: the CPU time a rank spends posting one send (`send_overhead`) or one
+  /// receive (`recv_overhead`) of an asynchronous (buffered) table, charged to that rank's clock
+  /// at the SEND or RECV; T_comm counts from the send's start. 0: posting is free. A rendezvous
+  /// transfer is T_comm on both ranks and a compute-only table's transfers are implicit: neither
+  /// is charged an overhead.
+  ///@{
+  int send_overhead = 0;
+  int recv_overhead = 0;
+  ///@}
   /// Per stage, where stages differ (indexed by stage; zeros keep the costs above). Measured, the
   /// stages of an evenly cut model differ too: the last stage's forward also computes the loss,
   /// the first stage's backward computes no gradient for its input.

@@ -495,6 +495,12 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
           } else {
             L.posted_b[id] = L.clock[r] + 1;
           }
+          // Posting costs the rank its overhead (LogP's o); the transfer is not delayed by it.
+          const int overhead = send ? costs.send_overhead : costs.recv_overhead;
+          if (overhead > 0) {
+            if (sink) sink->add(r, L.clock[r], L.clock[r] + overhead, a);
+            L.clock[r] += overhead;
+          }
           ++L.pc[r];
           --remaining;
           progress = 1;

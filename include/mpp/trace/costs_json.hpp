@@ -4,6 +4,7 @@
 // machine it will run on. Needs nlohmann-json, not LibTorch.
 //
 //   {"forward": 34, "backward": 70, "input_grad": 0, "weight_grad": 0, "comm": 3,
+//    "send_overhead": 1, "recv_overhead": 0,
 //    "stages": [{"forward": 30, "backward": 61, "input_grad": 0, "weight_grad": 0}, ...],
 //    "unit_us": 12.5}
 //
@@ -30,6 +31,8 @@ inline std::string costs_to_json(const Costs& c, int stages, double unit_us = 0.
   j["input_grad"] = c.input_grad;
   j["weight_grad"] = c.weight_grad;
   j["comm"] = c.comm;
+  j["send_overhead"] = c.send_overhead;
+  j["recv_overhead"] = c.recv_overhead;
   j["stages"] = nlohmann::ordered_json::array();
   for (int s = 0; s < stages && s < static_cast<int>(c.stage.size()); ++s) {
     const StageCosts& st = c.stage[static_cast<std::size_t>(s)];
@@ -84,6 +87,8 @@ inline Costs costs_from_json(const std::string& text) {
   c.input_grad = integer(j, "input_grad", "", false);
   c.weight_grad = integer(j, "weight_grad", "", false);
   c.comm = integer(j, "comm", "", false);
+  c.send_overhead = integer(j, "send_overhead", "", false);
+  c.recv_overhead = integer(j, "recv_overhead", "", false);
   if (c.forward == 0 || c.backward == 0)
     throw ScheduleError("mpp: the costs' forward and backward must be at least 1");
   const auto halve = [](int backward, int& input_grad, int& weight_grad) {
