@@ -102,6 +102,15 @@ std::string compare_with_monolith(const auto& world) {
   if (computes != traced)
     problems += "  the trace has " + std::to_string(traced) + " compute events for " +
                 std::to_string(computes) + " compute actions\n";
+  // Async, every receive of the row is posted once, and the trace times each post.
+  int receives = 0, posts = 0;
+  for (const auto& a : pipe.actions()) receives += mpp::is_recv(a.op) ? 1 : 0;
+  for (const auto& e : trace.events) posts += e.kind == mpp::trace::EventKind::recv_post ? 1 : 0;
+  const int expected_posts =
+      Pipe::comm_type::semantics == mpp::CommSemantics::buffered ? receives : 0;
+  if (posts != expected_posts)
+    problems += "  the trace has " + std::to_string(posts) + " receive posts for " +
+                std::to_string(expected_posts) + " posted receives\n";
   if (trace.peak_activation_bytes <= 0 || trace.peak_in_flight <= 0)
     problems += "  no activation memory was recorded\n";
 

@@ -56,6 +56,55 @@ TEST_CASE("step figures: the bubble's parts add up to it and each names its own 
                   "between actions") != std::string::npos);
 }
 
+TEST_CASE("step figures: posting a receive is its own part, and both posts are overheads") {
+  // Async. Rank 0: F 0-40, send 40-44, post a receive 44-50, blocked 50-70, B 70-150.
+  // Rank 1: post 0-2, blocked on the link's header 2-42 and on the data 42-44, F 44-84, B 84-164,
+  // send 164-168, post 168-172 (nothing to receive: the figures do not care). Compute 120 + 120
+  // of 150 + 172.
+  RankTrace r0;
+  r0.rank = 0;
+  r0.step_us = 150;
+  r0.events = {event(EventKind::forward, Op::F, 0, 0, 40),
+               event(EventKind::send, Op::SEND_F, 0, 40, 44, 1),
+               event(EventKind::recv_post, Op::RECV_B, 0, 44, 50, 1),
+               event(EventKind::recv_wait, Op::RECV_B, 0, 50, 70, 1),
+               event(EventKind::backward, Op::B, 0, 70, 150)};
+  RankTrace r1;
+  r1.rank = 1;
+  r1.step_us = 172;
+  r1.events = {event(EventKind::recv_post, Op::RECV_F, 0, 0, 2, 0),
+               event(EventKind::header_wait, Op::RECV_F, 0, 2, 42, 0),
+               event(EventKind::recv_wait, Op::RECV_F, 0, 42, 44, 0),
+               event(EventKind::forward, Op::F, 0, 44, 84),
+               event(EventKind::backward, Op::B, 0, 84, 164),
+               event(EventKind::send, Op::SEND_B, 0, 164, 168, 0),
+               event(EventKind::recv_post, Op::RECV_F, 1, 168, 172, 0)};
+  const std::vector<RankTrace> traces{r0, r1};
+  const auto f = mpp::trace::step_figures(traces);
+  const double total = 150 + 172;
+  CHECK(f.recv_post_share == doctest::Approx((6 + 2 + 4) / total));
+  CHECK(f.recv_wait_share + f.send_share + f.recv_post_share + f.step_end_share +
+            f.untraced_share ==
+        doctest::Approx(f.bubble));
+  CHECK(f.untraced_share == doctest::Approx(0.0));
+  CHECK(f.recv_wait_share == doctest::Approx((20 + 40 + 2) / total));  // the header's wait too
+  // The header is no sample of a message's latency: only the data's wait (send 40, there 44).
+  CHECK(f.message_latency_us == doctest::Approx(4.0));
+  CHECK(f.send_overhead_us == doctest::Approx(4.0));
+  CHECK(f.recv_overhead_us == doctest::Approx(4.0));
+  // In cost units (the slowest action, B = 80 us, is 100): 4 us is 5 units each.
+  const mpp::Costs c = mpp::trace::measured_costs_with_latency(f);
+  CHECK(c.send_overhead == 5);
+  CHECK(c.recv_overhead == 5);
+  const std::string text = mpp::trace::describe(f, mpp::VerifyResult{}, mpp::VerifyResult{});
+  CHECK(text.find("sending, 3.7% posting receives, ") != std::string::npos);
+  // A blocking step posts no receive: its summary has no such part.
+  mpp::trace::StepFigures blocking = f;
+  blocking.recv_post_share = 0.0;
+  CHECK(mpp::trace::describe(blocking, mpp::VerifyResult{}, mpp::VerifyResult{}).find("posting") ==
+        std::string::npos);
+}
+
 TEST_CASE("step figures: the summary says 1 micro-batch, 2 micro-batches") {
   mpp::trace::StepFigures f;
   f.ranks = 2;

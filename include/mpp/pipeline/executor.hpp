@@ -171,7 +171,7 @@ class Executor {
         break;
     }
     compute_.forward(a, std::move(x), s, step, loss_fn);
-    if (s.posted.gradient_deferred) links_.post_gradient_buffer(a.chunk, a.micro_batch, s);
+    if (s.posted.gradient_deferred) links_.post_deferred_gradient(a, s);
   }
 
   /// B or I (`Split`): the output gradient is none on the last stage (the loss is the root), the

@@ -117,6 +117,16 @@ class StageLinks {
         read_header(a.chunk, a.peer, step);
       } else {
         s.posted.activation_deferred = true;
+        record_post(Op::RECV_F, a, t0);
+        return;
+      }
+      if constexpr (!blocking) {
+        // Async: the wait for the header is a wait for the peer, not the cost of a post.
+        const auto read = recorder_->now();
+        recorder_->record(trace::EventKind::header_wait, Op::RECV_F, a.micro_batch, a.chunk, a.peer,
+                          t0, read);
+        post_activation_buffer(a.chunk, a.micro_batch, a.peer, s, step);
+        record_post(Op::RECV_F, a, read);
         return;
       }
     }
@@ -124,6 +134,8 @@ class StageLinks {
     if constexpr (blocking)
       recorder_->record(trace::EventKind::recv_wait, Op::RECV_F, a.micro_batch, a.chunk, a.peer, t0,
                         recorder_->now());
+    else
+      record_post(Op::RECV_F, a, t0);
   }
 
   /// The input of F(stage > 0) from another rank: waits for the receive (reading the header
@@ -153,6 +165,15 @@ class StageLinks {
     if constexpr (blocking)
       recorder_->record(trace::EventKind::recv_wait, Op::RECV_B, a.micro_batch, a.chunk, a.peer, t0,
                         recorder_->now());
+    else
+      record_post(Op::RECV_B, a, t0);
+  }
+
+  /// The receive of a gradient that RECV_B deferred until the micro-batch's forward `a` ran.
+  void post_deferred_gradient(const Action& a, Slot& s) {
+    const auto t0 = recorder_->now();
+    post_gradient_buffer(a.chunk, a.micro_batch, s);
+    record_post(Op::RECV_B, a, t0);
   }
 
   /// Posts the receive of the micro-batch's output gradient (its forward has run).
@@ -178,6 +199,15 @@ class StageLinks {
   }
 
  private:
+  /// Async: the time from `begin` to now went into posting `a`'s receive (a transport's CPU cost
+  /// per message, which the cost model charges as Costs::recv_overhead).
+  void record_post(Op op, const Action& a, trace::Recorder::clock::time_point begin) {
+    recorder_->record(
+        trace::EventKind::recv_post, op, a.micro_batch, a.chunk,
+        op == Op::RECV_F ? row_->chunk(a.chunk).before.rank : row_->chunk(a.chunk).after.rank,
+        begin, recorder_->now());
+  }
+
   /// Reads the link's shape header: checks it, learns the step's plan from it if this rank had
   /// no batch, and posts the data receives that waited for it.
   void read_header(int chunk, int peer, Step& step) {

@@ -18,11 +18,14 @@ enum class EventKind : std::uint8_t {
   recompute,    ///< the forward re-run before a backward under Recompute
   send,         ///< posting (async) or completing (blocking) a send
   recv_wait,    ///< blocked until a received activation or gradient is there
+  header_wait,  ///< blocked until a link's shape header is there (its first RECV_F of a step)
+  recv_post,    ///< posting a receive (async): its buffer made and handed to the transport
   send_wait,    ///< end of step: waiting for the sends still in flight
   loss_sync,    ///< end of step: sharing the loss with every rank
 };
 
-/// A short label: "F", "B", "I", "W", "R", "send", "recv-wait", "send-wait", "loss-sync".
+/// A short label: "F", "B", "I", "W", "R", "send", "recv-wait", "header-wait", "recv-post",
+/// "send-wait", "loss-sync".
 constexpr std::string_view kind_name(EventKind k) {
   switch (k) {
     case EventKind::forward:
@@ -39,6 +42,10 @@ constexpr std::string_view kind_name(EventKind k) {
       return "send";
     case EventKind::recv_wait:
       return "recv-wait";
+    case EventKind::header_wait:
+      return "header-wait";
+    case EventKind::recv_post:
+      return "recv-post";
     case EventKind::send_wait:
       return "send-wait";
     case EventKind::loss_sync:

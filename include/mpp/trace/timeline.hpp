@@ -39,12 +39,20 @@ struct StepFigures {
   /// the receiver was already waiting for: what one transfer costs on the critical path (0 if
   /// no receiver ever waited). Ranks' clocks must be comparable (one host: CLOCK_MONOTONIC).
   double message_latency_us = 0.0;
-  /// The bubble taken apart, each a share of all ranks' step time like `bubble` (the four add up
-  /// to it): blocked on a receive, in a send (posting it, or blocked on it), at the end of the
-  /// step (the last sends and the loss shared with every rank), and between events, which no
-  /// event covers (the executor's own work between actions, or a rank descheduled there).
+  /// The bubble taken apart, each a share of all ranks' step time like `bubble` (the five add up
+  /// to it): blocked on a receive (a link's shape header included), in a send (posting it, or
+  /// blocked on it), posting a receive (async), at the end of the step (the last sends and the loss
+  /// shared with every rank), and between events, which no event covers (the executor's own work
+  /// between actions, or a rank descheduled there).
   ///@{
-  double recv_wait_share = 0.0, send_share = 0.0, step_end_share = 0.0, untraced_share = 0.0;
+  double recv_wait_share = 0.0, send_share = 0.0, recv_post_share = 0.0, step_end_share = 0.0,
+         untraced_share = 0.0;
+  ///@}
+  /// Mean CPU time (us) a rank spends on one send (posting it, async; its whole transfer,
+  /// blocking) and on posting one receive (async; 0 when none was posted): a transport's cost
+  /// per message besides its latency, LogP's overhead.
+  ///@{
+  double send_overhead_us = 0.0, recv_overhead_us = 0.0;
   ///@}
 };
 
@@ -85,7 +93,8 @@ inline double message_latency_us(std::span<const RankTrace> traces) {
 inline StepFigures step_figures(std::span<const RankTrace> traces) {
   StepFigures f;
   f.ranks = static_cast<int>(traces.size());
-  double compute = 0.0, total = 0.0, recv_wait = 0.0, send = 0.0, step_end = 0.0;
+  double compute = 0.0, total = 0.0, recv_wait = 0.0, send = 0.0, recv_post = 0.0, step_end = 0.0;
+  int sends = 0, recv_posts = 0;
   double sums[4] = {0, 0, 0, 0};
   int counts[4] = {0, 0, 0, 0};
   std::vector<std::array<double, 4>> stage_sums;
@@ -102,10 +111,16 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
       int k = -1;
       switch (e.kind) {
         case EventKind::recv_wait:
+        case EventKind::header_wait:
           recv_wait += e.duration_us();
           break;
         case EventKind::send:
           send += e.duration_us();
+          ++sends;
+          break;
+        case EventKind::recv_post:
+          recv_post += e.duration_us();
+          ++recv_posts;
           break;
         case EventKind::send_wait:
         case EventKind::loss_sync:
@@ -147,9 +162,13 @@ inline StepFigures step_figures(std::span<const RankTrace> traces) {
   if (total > 0.0) {
     f.recv_wait_share = recv_wait / total;
     f.send_share = send / total;
+    f.recv_post_share = recv_post / total;
     f.step_end_share = step_end / total;
-    f.untraced_share = f.bubble - f.recv_wait_share - f.send_share - f.step_end_share;
+    f.untraced_share =
+        f.bubble - f.recv_wait_share - f.send_share - f.recv_post_share - f.step_end_share;
   }
+  f.send_overhead_us = sends > 0 ? send / sends : 0.0;
+  f.recv_overhead_us = recv_posts > 0 ? recv_post / recv_posts : 0.0;
   auto mean = [&](int k) { return counts[k] > 0 ? sums[k] / counts[k] : 0.0; };
   f.forward_us = mean(0);
   f.backward_us = mean(1);
@@ -205,10 +224,19 @@ inline Costs measured_costs(const StepFigures& f) {
   return c;
 }
 
-/// measured_costs() plus the measured message latency as T_comm (same units).
+/// measured_costs() plus what a message costs, in the same units: the measured latency as T_comm
+/// and the CPU time of posting a send and a receive as their overheads (what an asynchronous
+/// replay charges the posting rank; a rendezvous replay times a transfer as T_comm alone).
 inline Costs measured_costs_with_latency(const StepFigures& f) {
   Costs c = measured_costs(f);
   c.comm = measured_cost_units(f, f.message_latency_us);
+  // Rounded to the nearest unit, not up to 1 as a duration is: a post of a fraction of a unit
+  // (Shm's, under a microsecond) is 0, not a unit per message.
+  const auto nearest = [&](double us) {
+    return static_cast<int>(std::lround(100.0 * us / slowest_action_us(f)));
+  };
+  c.send_overhead = nearest(f.send_overhead_us);
+  c.recv_overhead = nearest(f.recv_overhead_us);
   return c;
 }
 
@@ -229,7 +257,9 @@ inline std::vector<TimedEvent> timed_events(std::span<const RankTrace> traces, b
       }
       if (e.kind == EventKind::send_wait || e.kind == EventKind::loss_sync) continue;
       if (!comm && !is_compute(e.kind)) continue;
-      if ((e.kind == EventKind::send || e.kind == EventKind::recv_wait) && e.duration_us() < 1.0)
+      if ((e.kind == EventKind::send || e.kind == EventKind::recv_wait ||
+           e.kind == EventKind::header_wait || e.kind == EventKind::recv_post) &&
+          e.duration_us() < 1.0)
         continue;  // posting an async operation: nothing to draw
       double begin = e.begin_us;
       if (recompute_start >= 0.0 &&
@@ -301,18 +331,30 @@ inline std::string describe(const StepFigures& f, const VerifyResult& predicted_
                 100.0 * f.bubble, 100.0 * predicted_unit.bubble_fraction(),
                 100.0 * predicted_measured.bubble_fraction());
   out += buf;
+  // Only an asynchronous step posts receives; its overheads are what the replay charged.
+  const bool posted = f.recv_post_share > 0.0;
   if (predicted_latency != nullptr && f.message_latency_us > 0.0) {
     std::snprintf(buf, sizeof buf,
                   "  with the measured %.0f us per message (send to receiver unblocked) the "
                   "verifier predicts %.1f%%\n",
                   f.message_latency_us, 100.0 * predicted_latency->bubble_fraction());
+    if (posted)
+      std::snprintf(buf, sizeof buf,
+                    "  with the measured %.0f us per message (send to receiver unblocked) and "
+                    "%.0f us / %.0f us to post a send / a receive the verifier predicts %.1f%%\n",
+                    f.message_latency_us, f.send_overhead_us, f.recv_overhead_us,
+                    100.0 * predicted_latency->bubble_fraction());
     out += buf;
   }
-  std::snprintf(buf, sizeof buf,
-                "  of the step: %.1f%% waiting for messages, %.1f%% sending, %.1f%% at the step's "
-                "end, %.1f%% between actions\n",
-                100.0 * f.recv_wait_share, 100.0 * f.send_share, 100.0 * f.step_end_share,
-                100.0 * f.untraced_share);
+  std::snprintf(buf, sizeof buf, "  of the step: %.1f%% waiting for messages, %.1f%% sending, ",
+                100.0 * f.recv_wait_share, 100.0 * f.send_share);
+  out += buf;
+  if (posted) {
+    std::snprintf(buf, sizeof buf, "%.1f%% posting receives, ", 100.0 * f.recv_post_share);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.1f%% at the step's end, %.1f%% between actions\n",
+                100.0 * f.step_end_share, 100.0 * f.untraced_share);
   out += buf;
   for (int r = 0; r < f.ranks; ++r) {
     const auto i = static_cast<std::size_t>(r);
