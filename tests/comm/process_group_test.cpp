@@ -7,9 +7,13 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mpp/comm.hpp"
@@ -407,6 +411,59 @@ TEST_CASE("comm: the transport's threads run SCHED_BATCH unless MPP_TRANSPORT_TH
     auto world = mpp::test::run_world(2, "comm_transport_threads", options);
     CHECK_MESSAGE(world.ok(), world.report());
   }
+}
+
+// Rank 0 computes without ever waiting and sends a message every 400 us; rank 1 posts each
+// receive only once the previous message is in, so its "ready to receive" note reaches rank 0
+// while rank 0 computes. Each rank runs on one CPU with its transport's threads. The time from a
+// send to its delivery is Gloo's loopback latency only if the send lets rank 0's batch event loop
+// read the note; otherwise the message waits in Gloo until rank 0's core is taken from it at a
+// scheduler tick (milliseconds).
+MPP_TEST_WORKER("comm_send_while_computing") {
+  torch::set_num_threads(1);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  const int rank = std::atoi(std::getenv("RANK"));
+  CPU_SET(rank % std::max(1, static_cast<int>(std::thread::hardware_concurrency())), &one);
+  ::sched_setaffinity(0, sizeof one, &one);  // the group's threads, started next, inherit it
+  auto world = mpp::init_process_group();
+  const auto now_us = [] {
+    return static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+  };
+  constexpr int messages = 40;
+  world.barrier();
+  if (rank == 0) {
+    mpp::PendingRequests pending;
+    for (int i = 0; i < messages; ++i) {
+      const double until = now_us() + 400.0;
+      while (now_us() < until) {
+      }
+      pending.add(world.isend(at::full({1}, now_us(), at::kDouble), 1, i));
+    }
+    pending.wait_all();
+  } else {
+    std::vector<double> delays;
+    for (int i = 0; i < messages; ++i) {
+      at::Tensor t = at::empty({1}, at::kDouble);
+      world.irecv(t, 0, i).wait();
+      delays.push_back(now_us() - t.item<double>());
+    }
+    std::sort(delays.begin(), delays.end());
+    const double median = delays[delays.size() / 2];
+    std::printf("rank 1: median delivery %.0f us, slowest %.0f us\n", median, delays.back());
+    expect(median < 1000.0, "the median message took " + std::to_string(std::lround(median)) +
+                                " us from send to delivery; a send must let the sender's "
+                                "transport threads read the receiver's note (1 ms at most)");
+  }
+  world.barrier();
+  return 0;
+}
+
+TEST_CASE("comm: a rank that computes without waiting still delivers its sends at once") {
+  auto world = mpp::test::run_world(2, "comm_send_while_computing", bounded());
+  CHECK_MESSAGE(world.ok(), world.report());
 }
 
 TEST_CASE("comm: MPP_TRANSPORT_THREADS is read and checked") {

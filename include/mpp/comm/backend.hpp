@@ -103,15 +103,19 @@ struct CommOptions {
       if (const char* v = std::getenv(name); v && *v && o.interface.empty()) o.interface = v;
     if (const char* v = std::getenv("MPP_TRANSPORT_THREADS"); v && *v) {
       const std::string text = v;
-      if (text == "batch")
-        o.transport_threads = TransportThreads::batch;
-      else if (text == "normal")
-        o.transport_threads = TransportThreads::normal;
-      else
-        throw EnvironmentError("MPP_TRANSPORT_THREADS",
-                               "mpp: MPP_TRANSPORT_THREADS='" + text +
-                                   "' is neither 'batch' nor 'normal'; unset it for the default "
-                                   "(batch) or set it to one of the two");
+      bool known = false;
+      for (const TransportThreads t : {TransportThreads::batch, TransportThreads::normal})
+        if (text == to_string(t)) {
+          o.transport_threads = t;
+          known = true;
+        }
+      if (!known)
+        throw EnvironmentError(
+            "MPP_TRANSPORT_THREADS",
+            "mpp: MPP_TRANSPORT_THREADS='" + text + "' is neither '" +
+                to_string(TransportThreads::batch) + "' nor '" +
+                to_string(TransportThreads::normal) + "'; unset it for the default (" +
+                to_string(CommOptions{}.transport_threads) + ") or set it to one of the two");
     }
     return o;
   }
@@ -133,6 +137,8 @@ struct backend_traits<Gloo> {
   static constexpr std::string_view c10d_name = "gloo";
   /// The c10d group make() returns (Group<Gloo>::backend_group()).
   using group_type = c10d::ProcessGroupGloo;
+  /// Gloo's event loop writes a send once it has read the receiver's "ready to receive" note.
+  static constexpr bool sends_need_transport_threads = true;
 
   /// Loopback when every rank shares this host; otherwise the interface named in the options,
   /// or the address this host uses to reach MASTER_ADDR.

@@ -45,6 +45,10 @@ struct BackendOps {
   MakeGroupFn make = nullptr;
   GatherRunsFn all_gather_runs = nullptr;
   ReduceScatterRunsFn reduce_scatter_runs = nullptr;
+  /// A send is written by the transport's own threads once the receiver is ready
+  /// (backend_traits<B>::sends_need_transport_threads), so under TransportThreads::batch a send
+  /// first lets them run.
+  bool sends_need_transport_threads = false;
 };
 
 /// BackendOps of backend B, from its backend_traits.
@@ -58,6 +62,8 @@ BackendOps backend_ops() {
     ops.all_gather_runs = &Traits::all_gather_runs;
   if constexpr (requires { &Traits::reduce_scatter_runs; })
     ops.reduce_scatter_runs = &Traits::reduce_scatter_runs;
+  if constexpr (requires { Traits::sends_need_transport_threads; })
+    ops.sends_need_transport_threads = Traits::sends_need_transport_threads;
   return ops;
 }
 

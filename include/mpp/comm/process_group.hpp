@@ -352,6 +352,10 @@ class ProcessGroup {
     if (tensor.numel() == 0) return {};
     const bool in_place = tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg();
     at::Tensor wire = in_place ? tensor : tensor.resolve_conj().resolve_neg().contiguous();
+    const auto& s = member();
+    if (s.backend.sends_need_transport_threads &&
+        s.options.transport_threads == TransportThreads::batch)
+      detail::let_transport_threads_run();
     return Request(call(info,
                         [&] {
                           std::vector<at::Tensor> v{wire};

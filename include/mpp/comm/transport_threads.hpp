@@ -11,6 +11,12 @@
 // slice runs out (about a millisecond per message). As SCHED_BATCH threads they never preempt
 // on wake-up: they run when the compute thread waits for a message (which is when their work is
 // needed) or at the next scheduler tick, and on an idle core at once.
+//
+// One more place needs them: a send. Gloo writes a message only once the receiver's "ready to
+// receive" note has been read, and its event loop reads those notes. A rank that computes without
+// waiting (the first stage's forwards) would otherwise hold every send it posts until it next
+// waits, and its receiver idles that long; so a send over such a transport first yields the core
+// to them (let_transport_threads_run), a system call when none has work.
 #include <dirent.h>
 #include <sched.h>
 
@@ -26,8 +32,8 @@ namespace mpp {
 /// or `MPP_TRANSPORT_THREADS=batch|normal`.
 enum class TransportThreads {
   /// SCHED_BATCH (the default): they never preempt a compute thread when they wake, so they
-  /// cannot spin on a lock the preempted thread holds; they run when it waits, at the next tick,
-  /// or at once on an idle core.
+  /// cannot spin on a lock the preempted thread holds; they run when it waits or sends, at the
+  /// next tick, or at once on an idle core.
   batch,
   /// The scheduler's default policy, as the transport leaves them.
   normal,
@@ -51,6 +57,10 @@ inline std::vector<int> thread_ids() {
   std::sort(ids.begin(), ids.end());
   return ids;
 }
+
+/// Gives the core to this process's transport threads that have work, then returns (at once when
+/// none has): before a send whose delivery waits for them (see the top of this file).
+inline void let_transport_threads_run() { (void)::sched_yield(); }
 
 /// Runs `start` (which creates a transport's device or group) and schedules the threads it
 /// started as `policy` says. A thread started meanwhile by another thread of the program is

@@ -44,7 +44,8 @@ short = {"hand_written/GPipe<8>/raw c10d Gloo": "gloo_hand_written", "paired/GPi
          "hand_written/GPipe<8>/raw c10d Shm": "shm_hand_written", "paired/GPipe<8>/Async<Shm>": "shm_paired",
          "GPipe<8>/Async<Shm>": "shm_GPipe", "OneFOneB<8>/Async<Shm>": "shm_1F1B"}
 figures = ["overhead_pct", "ci_lo_pct", "ci_hi_pct", "bubble", "bubble_pred_lat", "bubble_recv_wait",
-           "bubble_send", "bubble_step_end", "bubble_untraced", "msg_latency_us", "step_us_timed",
+           "bubble_send", "bubble_recv_post", "bubble_step_end", "bubble_untraced", "msg_latency_us",
+           "send_overhead_us", "recv_overhead_us", "step_us_timed",
            "other_threads_cpu_us", "compute_thread_waiting_us"]
 samples = {}
 for arg in sys.argv[2:]:
