@@ -4,6 +4,7 @@
 // records, and the verdict gathered over the ranks.
 #include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
+#include <c10/core/GradMode.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 
@@ -93,15 +94,41 @@ inline Record train_monolith(const Options& o, std::int64_t rows) {
   return r;
 }
 
+inline bool close(double value, double expected) {
+  return std::abs(value - expected) <= tolerance * std::max(1.0, std::abs(expected));
+}
+
+/// The monolith's first-step loss as a pipeline gets it when it divides each micro-batch's mean
+/// loss by M instead of weighting it by its share of the rows (the mistake the uneven batch of
+/// `pipeline_rows` exposes).
+inline double loss_divided_by_m() {
+  const auto cfg = model_config();
+  auto model = mpp::models::make_full_mlp(cfg);
+  const auto batch = mpp::models::make_regression_batch(cfg, pipeline_rows, 0);
+  c10::NoGradGuard no_grad;
+  const auto outputs = model->forward(batch.inputs).chunk(micro_batches);
+  const auto targets = batch.targets.chunk(micro_batches);
+  double loss = 0.0;
+  for (std::size_t m = 0; m < outputs.size(); ++m)
+    loss += torch::nn::functional::mse_loss(outputs[m], targets[m]).item<double>();
+  return loss / static_cast<double>(outputs.size());
+}
+
+/// Puts the diagnosis first when the learner's first loss is the divided-by-M one.
+inline void diagnose_divided_by_m(const Record& mine, std::string& problems) {
+  if (mine.losses.empty() || !close(mine.losses[0], loss_divided_by_m())) return;
+  problems.insert(
+      0, "  step 0's loss is each micro-batch's mean loss divided by M = " +
+             std::to_string(micro_batches) + ": the batch of " + std::to_string(pipeline_rows) +
+             " rows splits into micro-batches of unequal rows, so weight each micro-batch's "
+             "loss by its share of the rows (rows in it / rows in the batch)\n");
+}
+
 /// Layers [begin, end) of rank `rank` of `ranks`, as mpp::Uniform<P> cuts them.
 inline std::pair<int, int> stage_layers(int layers, int rank, int ranks) {
   int begin = 0;
   for (int r = 0; r < rank; ++r) begin += layers / ranks + (r < layers % ranks ? 1 : 0);
   return {begin, begin + layers / ranks + (rank < layers % ranks ? 1 : 0)};
-}
-
-inline bool close(double value, double expected) {
-  return std::abs(value - expected) <= tolerance * std::max(1.0, std::abs(expected));
 }
 
 /// Appends to `problems` what differs between the learner's record and the reference `name`'s:

@@ -383,6 +383,7 @@ int check_pipeline(int argc, char** argv, const char* lab, PipelineReference ref
     });
     check::compare(mine, monolith, "the monolith", problems);
     check::compare(mine, pipeline, name, problems);
+    if (!problems.empty()) check::diagnose_divided_by_m(mine, problems);
     if (world.rank() == world.size() - 1)
       check::print_losses(world.rank(), mine, monolith, pipeline, "mpp");
     return check::verdict(group, lab, problems,
