@@ -461,7 +461,10 @@ MPP_TEST_WORKER("comm_send_while_computing") {
   return 0;
 }
 
-TEST_CASE("comm: a rank that computes without waiting still delivers its sends at once") {
+// A time bound on delivery: the test suite "alone" runs as a CTest test of its own, with nothing
+// else on the machine's cores (tests/CMakeLists.txt).
+TEST_CASE("comm: a rank that computes without waiting still delivers its sends at once" *
+          doctest::test_suite("alone")) {
   auto world = mpp::test::run_world(2, "comm_send_while_computing", bounded());
   CHECK_MESSAGE(world.ok(), world.report());
 }
