@@ -2,6 +2,7 @@
 // bubble and its parts, on traces written by hand.
 #include <doctest/doctest.h>
 
+#include <utility>
 #include <vector>
 
 #include "mpp/trace/timeline.hpp"
@@ -17,29 +18,33 @@ Event event(EventKind kind, Op op, int micro_batch, double begin, double end, in
   return Event{kind, op, micro_batch, 0, peer, begin, end};
 }
 
+RankTrace rank_trace(int rank, double step_us, std::vector<Event> events) {
+  RankTrace t;
+  t.rank = rank;
+  t.step_us = step_us;
+  t.events = std::move(events);
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("step figures: the bubble's parts add up to it and each names its own time") {
   // Rank 0: F 0-40, send 40-42, nothing traced 42-50, blocked on a receive 50-70, B 70-150,
   // the step's end 150-160 (its sends, then the loss). Rank 1: blocked 0-44, F 44-84, B 84-164,
   // send 164-165, nothing traced 165-170, loss 170-180. Compute 120 + 120 of 160 + 180.
-  RankTrace r0;
-  r0.rank = 0;
-  r0.step_us = 160;
-  r0.events = {event(EventKind::forward, Op::F, 0, 0, 40),
-               event(EventKind::send, Op::SEND_F, 0, 40, 42, 1),
-               event(EventKind::recv_wait, Op::RECV_B, 0, 50, 70, 1),
-               event(EventKind::backward, Op::B, 0, 70, 150),
-               event(EventKind::send_wait, Op::SEND_F, -1, 150, 152),
-               event(EventKind::loss_sync, Op::SEND_F, -1, 152, 160)};
-  RankTrace r1;
-  r1.rank = 1;
-  r1.step_us = 180;
-  r1.events = {event(EventKind::recv_wait, Op::RECV_F, 0, 0, 44, 0),
-               event(EventKind::forward, Op::F, 0, 44, 84),
-               event(EventKind::backward, Op::B, 0, 84, 164),
-               event(EventKind::send, Op::SEND_B, 0, 164, 165, 0),
-               event(EventKind::loss_sync, Op::SEND_F, -1, 170, 180)};
+  const RankTrace r0 = rank_trace(
+      0, 160,
+      {event(EventKind::forward, Op::F, 0, 0, 40), event(EventKind::send, Op::SEND_F, 0, 40, 42, 1),
+       event(EventKind::recv_wait, Op::RECV_B, 0, 50, 70, 1),
+       event(EventKind::backward, Op::B, 0, 70, 150),
+       event(EventKind::send_wait, Op::SEND_F, -1, 150, 152),
+       event(EventKind::loss_sync, Op::SEND_F, -1, 152, 160)});
+  const RankTrace r1 = rank_trace(
+      1, 180,
+      {event(EventKind::recv_wait, Op::RECV_F, 0, 0, 44, 0),
+       event(EventKind::forward, Op::F, 0, 44, 84), event(EventKind::backward, Op::B, 0, 84, 164),
+       event(EventKind::send, Op::SEND_B, 0, 164, 165, 0),
+       event(EventKind::loss_sync, Op::SEND_F, -1, 170, 180)});
   const std::vector<RankTrace> traces{r0, r1};
   const auto f = mpp::trace::step_figures(traces);
   const double total = 160 + 180;
@@ -61,24 +66,20 @@ TEST_CASE("step figures: posting a receive is its own part, and both posts are o
   // Rank 1: post 0-2, blocked on the link's header 2-42 and on the data 42-44, F 44-84, B 84-164,
   // send 164-168, post 168-172 (nothing to receive: the figures do not care). Compute 120 + 120
   // of 150 + 172.
-  RankTrace r0;
-  r0.rank = 0;
-  r0.step_us = 150;
-  r0.events = {event(EventKind::forward, Op::F, 0, 0, 40),
-               event(EventKind::send, Op::SEND_F, 0, 40, 44, 1),
-               event(EventKind::recv_post, Op::RECV_B, 0, 44, 50, 1),
-               event(EventKind::recv_wait, Op::RECV_B, 0, 50, 70, 1),
-               event(EventKind::backward, Op::B, 0, 70, 150)};
-  RankTrace r1;
-  r1.rank = 1;
-  r1.step_us = 172;
-  r1.events = {event(EventKind::recv_post, Op::RECV_F, 0, 0, 2, 0),
-               event(EventKind::header_wait, Op::RECV_F, 0, 2, 42, 0),
-               event(EventKind::recv_wait, Op::RECV_F, 0, 42, 44, 0),
-               event(EventKind::forward, Op::F, 0, 44, 84),
-               event(EventKind::backward, Op::B, 0, 84, 164),
-               event(EventKind::send, Op::SEND_B, 0, 164, 168, 0),
-               event(EventKind::recv_post, Op::RECV_F, 1, 168, 172, 0)};
+  const RankTrace r0 = rank_trace(
+      0, 150,
+      {event(EventKind::forward, Op::F, 0, 0, 40), event(EventKind::send, Op::SEND_F, 0, 40, 44, 1),
+       event(EventKind::recv_post, Op::RECV_B, 0, 44, 50, 1),
+       event(EventKind::recv_wait, Op::RECV_B, 0, 50, 70, 1),
+       event(EventKind::backward, Op::B, 0, 70, 150)});
+  const RankTrace r1 = rank_trace(
+      1, 172,
+      {event(EventKind::recv_post, Op::RECV_F, 0, 0, 2, 0),
+       event(EventKind::header_wait, Op::RECV_F, 0, 2, 42, 0),
+       event(EventKind::recv_wait, Op::RECV_F, 0, 42, 44, 0),
+       event(EventKind::forward, Op::F, 0, 44, 84), event(EventKind::backward, Op::B, 0, 84, 164),
+       event(EventKind::send, Op::SEND_B, 0, 164, 168, 0),
+       event(EventKind::recv_post, Op::RECV_F, 1, 168, 172, 0)});
   const std::vector<RankTrace> traces{r0, r1};
   const auto f = mpp::trace::step_figures(traces);
   const double total = 150 + 172;
@@ -120,16 +121,12 @@ TEST_CASE("step figures: the summary says 1 micro-batch, 2 micro-batches") {
 
 TEST_CASE("step figures: each stage's own F and B costs reach the verifier's cost model") {
   // Rank 0 (stage 0): F 40, B 80. Rank 1 (stage 1): F 44 (its loss), B 80.
-  RankTrace r0;
-  r0.rank = 0;
-  r0.step_us = 200;
-  r0.events = {event(EventKind::forward, Op::F, 0, 0, 40),
-               event(EventKind::backward, Op::B, 0, 120, 200)};
-  RankTrace r1;
-  r1.rank = 1;
-  r1.step_us = 200;
-  r1.events = {event(EventKind::forward, Op::F, 0, 40, 84),
-               event(EventKind::backward, Op::B, 0, 84, 164)};
+  const RankTrace r0 = rank_trace(
+      0, 200,
+      {event(EventKind::forward, Op::F, 0, 0, 40), event(EventKind::backward, Op::B, 0, 120, 200)});
+  const RankTrace r1 = rank_trace(
+      1, 200,
+      {event(EventKind::forward, Op::F, 0, 40, 84), event(EventKind::backward, Op::B, 0, 84, 164)});
   const std::vector<RankTrace> traces{r0, r1};
   const auto f = mpp::trace::step_figures(traces);
   REQUIRE(f.stage_us.size() == 2);

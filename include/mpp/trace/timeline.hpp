@@ -193,10 +193,14 @@ inline double slowest_action_us(const StepFigures& f) {
 /// The duration of one cost unit of measured_costs(), in microseconds.
 inline double measured_cost_unit_us(const StepFigures& f) { return slowest_action_us(f) / 100.0; }
 
+/// `us` in measured cost units, rounded to the nearest (a fraction of a unit is 0).
+inline int nearest_cost_units(const StepFigures& f, double us) {
+  return static_cast<int>(std::lround(100.0 * us / slowest_action_us(f)));
+}
+
 /// `us` in measured cost units, at least 1 (0 stays 0).
 inline int measured_cost_units(const StepFigures& f, double us) {
-  return us > 0.0 ? std::max(1, static_cast<int>(std::lround(100.0 * us / slowest_action_us(f))))
-                  : 0;
+  return us > 0.0 ? std::max(1, nearest_cost_units(f, us)) : 0;
 }
 
 /// The verifier's cost model with the measured ratios (integers, the slowest action 100): the mean
@@ -232,11 +236,8 @@ inline Costs measured_costs_with_latency(const StepFigures& f) {
   c.comm = measured_cost_units(f, f.message_latency_us);
   // Rounded to the nearest unit, not up to 1 as a duration is: a post of a fraction of a unit
   // (Shm's, under a microsecond) is 0, not a unit per message.
-  const auto nearest = [&](double us) {
-    return static_cast<int>(std::lround(100.0 * us / slowest_action_us(f)));
-  };
-  c.send_overhead = nearest(f.send_overhead_us);
-  c.recv_overhead = nearest(f.recv_overhead_us);
+  c.send_overhead = nearest_cost_units(f, f.send_overhead_us);
+  c.recv_overhead = nearest_cost_units(f, f.recv_overhead_us);
   return c;
 }
 
@@ -335,15 +336,16 @@ inline std::string describe(const StepFigures& f, const VerifyResult& predicted_
   const bool posted = f.recv_post_share > 0.0;
   if (predicted_latency != nullptr && f.message_latency_us > 0.0) {
     std::snprintf(buf, sizeof buf,
-                  "  with the measured %.0f us per message (send to receiver unblocked) the "
-                  "verifier predicts %.1f%%\n",
-                  f.message_latency_us, 100.0 * predicted_latency->bubble_fraction());
-    if (posted)
-      std::snprintf(buf, sizeof buf,
-                    "  with the measured %.0f us per message (send to receiver unblocked) and "
-                    "%.0f us / %.0f us to post a send / a receive the verifier predicts %.1f%%\n",
-                    f.message_latency_us, f.send_overhead_us, f.recv_overhead_us,
-                    100.0 * predicted_latency->bubble_fraction());
+                  "  with the measured %.0f us per message (send to receiver unblocked) ",
+                  f.message_latency_us);
+    out += buf;
+    if (posted) {
+      std::snprintf(buf, sizeof buf, "and %.0f us / %.0f us to post a send / a receive ",
+                    f.send_overhead_us, f.recv_overhead_us);
+      out += buf;
+    }
+    std::snprintf(buf, sizeof buf, "the verifier predicts %.1f%%\n",
+                  100.0 * predicted_latency->bubble_fraction());
     out += buf;
   }
   std::snprintf(buf, sizeof buf, "  of the step: %.1f%% waiting for messages, %.1f%% sending, ",
