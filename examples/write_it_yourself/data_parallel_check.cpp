@@ -1,8 +1,15 @@
 // check_data_parallel (harness.hpp): the learner's data-parallel step against the monolith
-// trained on the whole global batch and against mpp::NaiveDP or mpp::DDP, on the same ranks.
+// trained on the whole global batch and against mpp::NaiveDP or mpp::DDP, on the same ranks; and
+// what the lab teaches, which the numbers alone do not show: each rank runs its model forward on
+// its own share of the rows (a probe after the last layer counts them), and DDP's all-reduces
+// start while backward() runs.
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
 #include <torch/optim/sgd.h>
+
+#include <string>
 
 #include "mpp/data_parallel/ddp.hpp"
 #include "mpp/data_parallel/naive_dp.hpp"
@@ -21,11 +28,36 @@ void World::note_all_reduce() const {
 
 namespace {
 
-/// The learner's training; `all_reduces` gets what each step started through the World.
+/// Rows the replica's model ran forward in the current step, counted by a probe after its last
+/// layer: a replica that trains on the whole batch gets the right numbers without the all-reduce,
+/// so only the rows tell that it did not split the data.
+std::int64_t rows_forward = 0;
+struct RowCountImpl : torch::nn::Module {
+  at::Tensor forward(const at::Tensor& x) {
+    rows_forward += x.size(0);
+    return x;
+  }
+};
+TORCH_MODULE(RowCount);
+
+/// What is wrong with the rows rank `rank` of `ranks` ran forward in step `step` ("" if nothing).
+std::string check_rows(int step, int rank, int ranks, std::int64_t rows) {
+  const std::int64_t share = check::batch_rows / ranks;
+  if (rows == share) return "";
+  return "  step " + std::to_string(step) + ": rank " + std::to_string(rank) + " of " +
+         std::to_string(ranks) + " ran its replica forward on " + std::to_string(rows) +
+         " rows; data parallelism gives each rank its own share of the global batch of " +
+         std::to_string(check::batch_rows) + " rows, " + std::to_string(share) +
+         " here, and averages the gradients over the ranks\n";
+}
+
+/// The learner's training; `all_reduces` gets what each step started through the World, `rows`
+/// what is wrong with the rows of the first step whose forward did not run on this rank's share.
 check::Record train_learner(const World& world, const StartReplica& start, const check::Options& o,
-                            std::vector<World::AllReduces>& all_reduces) {
+                            std::vector<World::AllReduces>& all_reduces, std::string& rows) {
   const auto cfg = check::model_config();
   auto model = mpp::models::make_full_mlp(cfg);
+  model->push_back(RowCount());
   auto step = start(world, model);
   auto optimizer = check::make_optimizer(model->parameters());
   check::Record r;
@@ -33,7 +65,9 @@ check::Record train_learner(const World& world, const StartReplica& start, const
     const auto batch = mpp::models::make_regression_batch(cfg, check::batch_rows, s);
     optimizer.zero_grad();
     const auto before = world.all_reduces();
+    rows_forward = 0;
     r.losses.push_back(step(batch));
+    if (rows.empty()) rows = check_rows(s, world.rank(), world.size(), rows_forward);
     const auto after = world.all_reduces();
     all_reduces.push_back(
         {after.started - before.started, after.during_backward - before.during_backward});
@@ -101,7 +135,8 @@ int check_data_parallel(int argc, char** argv, const char* lab, DataParallelRefe
       throw std::invalid_argument("runs on 1, 2, 4, 8 or 16 ranks (the global batch has " +
                                   std::to_string(check::batch_rows) + " rows)");
     std::vector<World::AllReduces> all_reduces;
-    const auto mine = train_learner(world, start, o, all_reduces);
+    std::string problems;
+    const auto mine = train_learner(world, start, o, all_reduces, problems);
     const auto monolith = check::train_monolith(o, check::batch_rows);
     auto model = mpp::models::make_full_mlp(check::model_config());
     check::Record reference_record;
@@ -118,7 +153,6 @@ int check_data_parallel(int argc, char** argv, const char* lab, DataParallelRefe
       reference_record = train_reference(
           group, model, [] {}, o);
     }
-    std::string problems;
     check::compare(mine, monolith, "the monolith", problems);
     check::compare(mine, reference_record, name, problems);
     const bool ddp = reference == DataParallelReference::ddp;
@@ -128,7 +162,7 @@ int check_data_parallel(int argc, char** argv, const char* lab, DataParallelRefe
                           std::string(lab) + " on " + std::to_string(world.size()) + " ranks, " +
                               std::to_string(o.steps) +
                               " steps: the loss and every parameter equal the monolith's and " +
-                              name + "'s" +
+                              name + "'s, each rank ran its share of the rows" +
                               (ddp ? ", and each step started all-reduces during backward" : ""));
   });
 }
