@@ -65,6 +65,32 @@ endfunction()
 
 # One precompiled header for everything that uses LibTorch, compiled once and reused by all; a
 # second one, compiled as a test, for the tests (GCC refuses a .gch made at another -O level).
+#
+# It holds the LibTorch headers that the project's own sources include, not <torch/torch.h>: GCC
+# reads the whole .gch into every unit, and the narrower one (about 540 MB instead of 645 MB)
+# starts an empty unit in 2.4 s instead of 3.5 s and compiles in half the time (docs/testing.md,
+# "Build time"). A unit that includes <torch/torch.h> still compiles; it parses the rest itself.
+# The list is read from the sources at configure time; one that has gone stale costs time only.
+file(GLOB_RECURSE mpp_pch_scanned CONFIGURE_DEPENDS
+     ${PROJECT_SOURCE_DIR}/include/*.hpp ${PROJECT_SOURCE_DIR}/tests/*.[ch]pp
+     ${PROJECT_SOURCE_DIR}/examples/*.[ch]pp ${PROJECT_SOURCE_DIR}/benchmarks/*.[ch]pp
+     ${PROJECT_SOURCE_DIR}/tools/*.[ch]pp)
+set(MPP_PCH_HEADERS "")
+foreach(source ${mpp_pch_scanned})
+  file(STRINGS ${source} lines REGEX "^[ \t]*#[ \t]*include[ \t]*<(torch|ATen|c10)/")
+  foreach(line ${lines})
+    if(line MATCHES "<((torch|ATen|c10)/[^>]+)>")
+      list(APPEND MPP_PCH_HEADERS ${CMAKE_MATCH_1})
+    endif()
+  endforeach()
+endforeach()
+list(REMOVE_DUPLICATES MPP_PCH_HEADERS)
+# <torch/torch.h> is what the PCH avoids; NCCL's header exists only where LibTorch has CUDA.
+list(REMOVE_ITEM MPP_PCH_HEADERS torch/torch.h torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp)
+list(SORT MPP_PCH_HEADERS)
+list(TRANSFORM MPP_PCH_HEADERS PREPEND "<")
+list(TRANSFORM MPP_PCH_HEADERS APPEND ">")
+
 set(MPP_PCH_TARGET "")
 set(MPP_TEST_PCH_TARGET "")
 function(mpp_add_pch target)
@@ -76,10 +102,7 @@ function(mpp_add_pch target)
   endif()
   mpp_project_warnings(${target})
   target_compile_options(${target} PRIVATE ${MPP_PCH_OPTIONS})
-  target_precompile_headers(${target} PRIVATE
-    <torch/torch.h>
-    <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-    <torch/csrc/distributed/c10d/TCPStore.hpp>)
+  target_precompile_headers(${target} PRIVATE ${MPP_PCH_HEADERS})
 endfunction()
 if(TARGET mpp)
   mpp_add_pch(mpp_pch)

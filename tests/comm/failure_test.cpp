@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -2,7 +2,6 @@
 // dtype and for non-contiguous tensors, tag matching, every collective, sub-groups, and the two
 // comm policies driving the same code.
 #include <doctest/doctest.h>
-#include <torch/torch.h>
 
 #include <sched.h>
 

@@ -17,7 +17,6 @@
 
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
-#include <torch/torch.h>
 
 #include <cmath>
 #include <cstdio>

@@ -2,8 +2,6 @@
 // the graph for the backward; any other module still goes through AnyModule.
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
-
 #include "mpp/pipeline/layer_call.hpp"
 
 namespace {

@@ -2,7 +2,6 @@
 #include <doctest/doctest.h>
 
 #include <torch/nn/functional/loss.h>
-#include <torch/torch.h>
 
 #include "mpp/models/mlp.hpp"
 #include "mpp/pipeline/micro_batch.hpp"

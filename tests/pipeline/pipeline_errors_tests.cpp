@@ -12,7 +12,6 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/torch.h>
 
 #include <chrono>
 #include <cstdlib>

@@ -8,7 +8,6 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdio>
