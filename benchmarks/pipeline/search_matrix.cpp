@@ -15,7 +15,9 @@
 // measured costs (`<name>_model_err_pct`: the cost model alone, without the machine's drift since
 // the costs were measured) and the peak of activations on any rank (`<name>_peak_MiB`). And the
 // searched tables' step time over the best built-in's, the median of the per-round ratios with a
-// distribution-free 95 % interval (`searched_<placement>_vs_best_pct`, `_lo`, `_hi`).
+// distribution-free 95 % interval (`searched_<placement>_vs_best_pct`, `_lo`, `_hi`). A searched
+// table whose rows are a built-in's (the built-ins are candidates of the search) is not timed a
+// second time: it takes that built-in's figures and says so (`<name>_is_builtin`, the label).
 #include "search_matrix.hpp"
 
 #include <benchmark/benchmark.h>
@@ -113,7 +115,11 @@ struct Contestant {
   bool searched = false;
   std::function<void()> step;
   std::function<std::optional<StepReport>()> report;
-  double predicted_ms = 0.0;  ///< the verifier's makespan under the measured costs
+  double predicted_ms = 0.0;         ///< the verifier's makespan under the measured costs
+  std::shared_ptr<const Plan> plan;  ///< the rows it runs
+  /// For a searched table whose rows are a built-in's: that built-in's index. It is not timed
+  /// again: two copies of one table differ only by the bench's own noise.
+  std::optional<std::size_t> same_as;
 };
 
 template <class Sched, int P>
@@ -123,10 +129,15 @@ Contestant contestant(const std::string& name, bool searched, const Config& c,
   auto s = std::make_shared<LibraryStep<Pipe>>(c, group);
   const bool v_shape = Sched::chunks_per_rank == 2;
   const MeasuredCosts measured = read_costs(costs_path(c, P, v_shape));
-  const auto plan = Pipe::plan();
+  std::shared_ptr<const Plan> plan = Pipe::plan();
   const VerifyResult predicted = verify(plan->table, plan->semantics(), measured.costs);
-  return {name, searched, [s] { (*s)(); }, [s] { return report_last_step(s->pipe); },
-          predicted.makespan * measured.unit_us / 1e3};
+  return {name,
+          searched,
+          [s] { (*s)(); },
+          [s] { return report_last_step(s->pipe); },
+          predicted.makespan * measured.unit_us / 1e3,
+          std::move(plan),
+          std::nullopt};
 }
 
 /// Traced steps after the rounds, per pipeline.
@@ -135,6 +146,30 @@ constexpr int traced_steps = 5;
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return median_of_sorted(v);
+}
+
+/// A few more steps of `one`, traced (every rank calls report): the pipeline's part of the step,
+/// which the prediction is for (the optimizer's step is outside it), and the peak of activations.
+void record_traced_steps(benchmark::State& state, Contestant& one) {
+  std::vector<double> traced, peak_bytes, model_err;
+  for (int n = 0; n < traced_steps; ++n) {
+    one.step();
+    if (const auto report = one.report()) {
+      const auto& peaks = report->figures.peak_activation_bytes;
+      traced.push_back(report->figures.step_us / 1e3);
+      model_err.push_back(report->predicted_latency.makespan *
+                              trace::measured_cost_unit_us(report->figures) /
+                              report->figures.step_us -
+                          1);
+      peak_bytes.push_back(
+          peaks.empty() ? 0.0 : static_cast<double>(*std::max_element(peaks.begin(), peaks.end())));
+    }
+  }
+  if (traced.empty()) return;
+  state.counters[one.name + "_traced_ms"] = median(traced);
+  state.counters[one.name + "_pred_err_pct"] = (one.predicted_ms / median(traced) - 1) * 100;
+  state.counters[one.name + "_peak_MiB"] = median(peak_bytes) / (1 << 20);
+  state.counters[one.name + "_model_err_pct"] = median(model_err) * 100;
 }
 
 template <int P, int Model>
@@ -150,8 +185,13 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
   all.push_back(contestant<typename S::looped, P>("searched_looped", true, c, group));
   all.push_back(contestant<typename S::v, P>("searched_v", true, c, group));
   all.push_back(contestant<typename S::free_placement, P>("searched_free", true, c, group));
+  for (auto& each : all) {
+    if (!each.searched) continue;
+    for (std::size_t b = 0; b < all.size() && !each.same_as; ++b)
+      if (!all[b].searched && same_rows(each.plan->table, all[b].plan->table)) each.same_as = b;
+  }
   for (auto& each : all)
-    for (int i = 0; i < warmup_steps; ++i) each.step();
+    for (int i = 0; i < warmup_steps && !each.same_as; ++i) each.step();
 
   // Rounds: every pipeline's steps, in an order that rotates each round.
   const int steps = c.iterations >= 10 ? 5 : 1;
@@ -161,6 +201,7 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
   for (auto _ : state) {
     for (std::size_t k = 0; k < all.size(); ++k) {
       const std::size_t i = (k + static_cast<std::size_t>(round)) % all.size();
+      if (all[i].same_as) continue;
       std::vector<double> times;
       for (int n = 0; n < steps; ++n) {
         const auto t = Clock::now();
@@ -171,40 +212,30 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
     }
     ++round;
   }
-  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(all.size()) * steps *
-                          c.batch);
+  const auto timed =
+      std::count_if(all.begin(), all.end(), [](const Contestant& each) { return !each.same_as; });
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(timed) * steps * c.batch);
 
   // The best built-in by its median; each searched table over it, round by round.
   std::size_t best = 0;
   for (std::size_t i = 0; i < all.size(); ++i)
     if (!all[i].searched && median(rounds[i]) < median(rounds[best])) best = i;
+  std::string label = "best built-in " + all[best].name;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const std::string& name = all[i].name;
+    if (all[i].same_as) {  // the built-in's rounds and figures, which come before it in `all`
+      const std::string& builtin = all[*all[i].same_as].name;
+      rounds[i] = rounds[*all[i].same_as];
+      state.counters[name + "_is_builtin"] = 1;
+      for (const char* figure : {"_traced_ms", "_pred_err_pct", "_peak_MiB", "_model_err_pct"})
+        if (const auto found = state.counters.find(builtin + figure); found != state.counters.end())
+          state.counters[name + figure] = found->second;
+      label += "; " + name + " is " + builtin + "'s table";
+    } else {
+      record_traced_steps(state, all[i]);
+    }
     state.counters[name + "_ms"] = median(rounds[i]);
     state.counters[name + "_pred_ms"] = all[i].predicted_ms;
-    // A few more steps, traced (every rank calls report): the pipeline's part of the step, which
-    // the prediction is for (the optimizer's step is outside it), and the peak of activations.
-    std::vector<double> traced, peak_bytes, model_err;
-    for (int n = 0; n < traced_steps; ++n) {
-      all[i].step();
-      if (const auto report = all[i].report()) {
-        const auto& peaks = report->figures.peak_activation_bytes;
-        traced.push_back(report->figures.step_us / 1e3);
-        model_err.push_back(report->predicted_latency.makespan *
-                                trace::measured_cost_unit_us(report->figures) /
-                                report->figures.step_us -
-                            1);
-        peak_bytes.push_back(
-            peaks.empty() ? 0.0
-                          : static_cast<double>(*std::max_element(peaks.begin(), peaks.end())));
-      }
-    }
-    if (!traced.empty()) {
-      state.counters[name + "_traced_ms"] = median(traced);
-      state.counters[name + "_pred_err_pct"] = (all[i].predicted_ms / median(traced) - 1) * 100;
-      state.counters[name + "_peak_MiB"] = median(peak_bytes) / (1 << 20);
-      state.counters[name + "_model_err_pct"] = median(model_err) * 100;
-    }
     if (!all[i].searched) continue;
     std::vector<double> ratios;
     for (std::size_t r = 0; r < rounds[i].size(); ++r)
@@ -214,7 +245,7 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
     state.counters[name + "_vs_best_lo"] = (over.lo - 1) * 100;
     state.counters[name + "_vs_best_hi"] = (over.hi - 1) * 100;
   }
-  state.SetLabel("best built-in " + all[best].name);
+  state.SetLabel(label);
 }
 
 /// Rounds of each comparison: enough for a 95 % interval on the median ratio.

@@ -5,8 +5,9 @@
 
 Each RUN is pipeline_bench's Google Benchmark JSON (--benchmark_filter=searched_vs
 --benchmark_out=RUN --benchmark_format=json) on 2 or 4 ranks. Keys: "<model>_p<P>.<counter>",
-e.g. "course_h128_b32_p2.1F1B_ms", and "<model>_p<P>.best" (the best built-in's name is not a
-number: it is written under "labels" instead).
+e.g. "course_h128_b32_p2.1F1B_ms", "<model>_p<P>.<searched>_is_builtin" (1 where the searched
+table is a built-in's, which is then not timed twice) and "<model>_p<P>.best" (the best
+built-in's name is not a number: it is written under "labels" instead).
 """
 import json
 import re
@@ -27,7 +28,7 @@ def main() -> int:
                 continue
             key = f"{m.group(1)}_p{m.group(2)}"
             for name, value in bench.items():
-                if isinstance(value, float) and (name.endswith(("_ms", "_pct", "_lo", "_hi", "_MiB"))):
+                if isinstance(value, float) and (name.endswith(("_ms", "_pct", "_lo", "_hi", "_MiB", "_is_builtin"))):
                     values[f"{key}.{name}"] = round(value, 3)
             labels[key] = bench.get("label", "")
             values[f"{key}.load_avg_end"] = round(run["context"]["load_avg"][0], 2)

@@ -84,18 +84,11 @@ std::unique_ptr<ScheduleTable> import_csv(const std::string& csv, int* ignored =
 
 std::string error_of(const std::string& csv) { return std::string(import_csv(csv)->error.view()); }
 
-bool same_rows(const ScheduleTable& a, const ScheduleTable& b) {
-  if (a.ranks != b.ranks || a.micro_batches != b.micro_batches ||
-      a.chunks_per_rank != b.chunks_per_rank || !(a.placement == b.placement) ||
-      a.lowered != b.lowered)
-    return false;
-  for (int r = 0; r < a.ranks; ++r) {
-    if (a.length[r] != b.length[r]) return false;
-    for (int k = 0; k < a.length[r]; ++k)
-      if (!(a.actions[r][k] == b.actions[r][k])) return false;
-  }
-  return true;
-}
+// One generator's rows are its own; another's, or the same on a V, are not.
+static_assert(same_rows(OneFOneB<4>::table(2), OneFOneB<4>::table(2)));
+static_assert(!same_rows(OneFOneB<4>::table(2), GPipe<4>::table(2)));
+static_assert(!same_rows(OneFOneB<4>::table(2), OneFOneB<4>::table(4)));
+static_assert(!same_rows(Interleaved1F1B<4, 2>::table(2), ZeroBubbleV<4>::table(2)));
 
 }  // namespace
 

@@ -118,6 +118,22 @@ constexpr void init_table(ScheduleTable& t, std::string_view schedule_name, int 
 
 }  // namespace detail
 
+/// True when `a` and `b` run the same rows: the same P, M, V and placement, lowered or not alike,
+/// and every rank the same actions in the same order (the semantics a lowering ordered for shows
+/// in the rows themselves).
+constexpr bool same_rows(const ScheduleTable& a, const ScheduleTable& b) {
+  if (a.ranks != b.ranks || a.micro_batches != b.micro_batches ||
+      a.chunks_per_rank != b.chunks_per_rank || !(a.placement == b.placement) ||
+      a.lowered != b.lowered)
+    return false;
+  for (int r = 0; r < a.ranks; ++r) {
+    if (a.length[r] != b.length[r]) return false;
+    for (int k = 0; k < a.length[r]; ++k)
+      if (!(a.actions[r][k] == b.actions[r][k])) return false;
+  }
+  return true;
+}
+
 /// Throws ScheduleError if the table carries a generator error (run-time counterpart of the
 /// verifier's `parameters` rule).
 inline void throw_if_error(const ScheduleTable& t) {
