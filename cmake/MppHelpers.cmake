@@ -68,8 +68,9 @@ endfunction()
 #
 # It holds the LibTorch headers that the project's own sources include, not <torch/torch.h>: GCC
 # reads the whole .gch into every unit, and the narrower one (about 540 MB instead of 645 MB)
-# starts an empty unit in 2.4 s instead of 3.5 s and compiles in half the time (docs/testing.md,
-# "Build time"). A unit that includes <torch/torch.h> still compiles; it parses the rest itself.
+# starts an empty unit in 2.4 s instead of 3.5 s and is itself built in 21 s instead of 38 s
+# (docs/testing.md, "Build time"). A unit that includes <torch/torch.h> still compiles; it parses
+# the rest itself.
 # The list is read from the sources at configure time; one that has gone stale costs time only.
 file(GLOB_RECURSE mpp_pch_scanned CONFIGURE_DEPENDS
      ${PROJECT_SOURCE_DIR}/include/*.hpp ${PROJECT_SOURCE_DIR}/tests/*.[ch]pp
