@@ -16,6 +16,9 @@
 #include "support/worker.hpp"
 #include "support/world.hpp"
 
+// In a namespace of its own: the directory's files compile as one unit (tests/CMakeLists.txt).
+namespace failure_test {
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -339,8 +342,11 @@ long long printed_after(const std::string& output, const std::string& label) {
 
 }  // namespace
 
+}  // namespace failure_test
+
+// A backend's traits are specialised in mpp's namespace, outside the file's own.
 template <>
-struct mpp::backend_traits<SlowToConnect> {
+struct mpp::backend_traits<failure_test::SlowToConnect> {
   static std::shared_ptr<::gloo::transport::Device> device(const Environment& env,
                                                            const CommOptions& options) {
     return backend_traits<Gloo>::device(env, options);
@@ -350,13 +356,15 @@ struct mpp::backend_traits<SlowToConnect> {
       const std::shared_ptr<::gloo::transport::Device>& device, std::chrono::milliseconds timeout) {
     auto pg = backend_traits<Gloo>::make(store, rank, size, device, timeout);
     if (rank == 1) {
-      std::this_thread::sleep_for(1500ms);
-      std::printf("connected at %lld\n", epoch_ms());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      std::printf("connected at %lld\n", failure_test::epoch_ms());
       std::fflush(stdout);
     }
     return pg;
   }
 };
+
+namespace failure_test {
 
 // "init": rank 0 exits as soon as init returns. "new_group": every rank connects the world, then
 // rank 0 drops a new group of everyone as soon as it has it, and exits.
@@ -395,3 +403,5 @@ TEST_CASE("comm: no rank returns from init or new_group before every rank has co
     CHECK(returned >= connected);
   }
 }
+
+}  // namespace failure_test

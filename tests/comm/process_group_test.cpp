@@ -19,6 +19,9 @@
 #include "support/worker.hpp"
 #include "support/world.hpp"
 
+// In a namespace of its own: the directory's files compile as one unit (tests/CMakeLists.txt).
+namespace process_group_test {
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -526,3 +529,5 @@ TEST_CASE("comm: Blocking<Gloo> and Async<Gloo> run the same code") {
     CHECK_MESSAGE(world.ok(), world.report());
   }
 }
+
+}  // namespace process_group_test

@@ -30,6 +30,9 @@
 #include "support/worker.hpp"
 #include "support/world.hpp"
 
+// In a namespace of its own: the directory's files compile as one unit (tests/CMakeLists.txt).
+namespace shm_group_test {
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -679,3 +682,5 @@ TEST_CASE(
     check_no_segment_left(world);
   }
 }
+
+}  // namespace shm_group_test

@@ -31,6 +31,9 @@
 #include "support/worker.hpp"
 #include "support/world.hpp"
 
+// In a namespace of its own: the directory's files compile as one unit (tests/CMakeLists.txt).
+namespace shm_mailbox_test {
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -382,3 +385,5 @@ TEST_CASE(
   CHECK(std::filesystem::exists("/dev/shm" + live));
   ::shm_unlink(live.c_str());
 }
+
+}  // namespace shm_mailbox_test

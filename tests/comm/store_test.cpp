@@ -20,6 +20,9 @@
 #include "support/worker.hpp"
 #include "support/world.hpp"
 
+// In a namespace of its own: the directory's files compile as one unit (tests/CMakeLists.txt).
+namespace store_test {
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -354,3 +357,5 @@ TEST_CASE("store: four processes meet through it") {
   for (int r = 1; r < 4; ++r)  // one leader, the same for everyone
     CHECK(world.output(r).substr(0, world.output(r).find('\n')) == first);
 }
+
+}  // namespace store_test

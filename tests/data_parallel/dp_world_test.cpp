@@ -20,6 +20,9 @@
 #include "mpp/data_parallel.hpp"
 #include "mpp/models/mlp.hpp"
 
+// In a namespace of its own: the directory's files compile as one unit (tests/CMakeLists.txt).
+namespace dp_world_test {
+
 namespace {
 
 constexpr std::int64_t global_batch = 16;
@@ -461,3 +464,5 @@ TEST_CASE("DistributedSampler over real ranks: coverage, disjointness, reshuffle
     CHECK_MESSAGE(world.ok(), world.report());
   }
 }
+
+}  // namespace dp_world_test

@@ -18,6 +18,9 @@
 #include "mpp/data_parallel/replicas.hpp"
 #include "mpp/models/mlp.hpp"
 
+// In a namespace of its own: the directory's files compile as one unit (tests/CMakeLists.txt).
+namespace hybrid_test {
+
 namespace {
 
 constexpr std::int64_t global_batch = 16;
@@ -114,3 +117,5 @@ TEST_CASE("DP x PP on 4 ranks (2 replicas x 2 stages) equals the monolith") {
         std::string::npos);
   }
 }
+
+}  // namespace hybrid_test

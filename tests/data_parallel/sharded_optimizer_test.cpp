@@ -31,6 +31,9 @@
 #include "mpp/data_parallel.hpp"
 #include "mpp/models/mlp.hpp"
 
+// In a namespace of its own: the directory's files compile as one unit (tests/CMakeLists.txt).
+namespace sharded_optimizer_test {
+
 namespace {
 
 constexpr std::int64_t global_batch = 16;
@@ -452,3 +455,5 @@ TEST_CASE(
   }
   fs::remove_all(root);
 }
+
+}  // namespace sharded_optimizer_test

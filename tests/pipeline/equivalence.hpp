@@ -194,23 +194,27 @@ const char* test_name(const std::string& label) {
 
 /// One schedule's workers (registered before main() runs) and its test case, on `RANKS` ranks,
 /// named `LABEL`: for schedules whose display name others share (every `Custom` table).
-#define MPP_PIPELINE_EQUIVALENCE_AS(LABEL, RANKS, ...)                        \
-  namespace {                                                                 \
-  const bool equivalence_registered =                                         \
-      mpp::test::equivalence::register_workers<__VA_ARGS__, RANKS>(LABEL);    \
-  }                                                                           \
-  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__, RANKS>(LABEL))) { \
-    mpp::test::equivalence::run_all<RANKS>(equivalence_registered, LABEL);    \
+/// The registration flag is named by __COUNTER__: a unity group holds several schedules.
+#define MPP_PIPELINE_EQUIVALENCE_AS(LABEL, RANKS, ...)                                          \
+  MPP_DETAIL_EQUIVALENCE_AS(MPP_DETAIL_CAT(equivalence_registered_, __COUNTER__), LABEL, RANKS, \
+                            __VA_ARGS__)
+#define MPP_DETAIL_EQUIVALENCE_AS(FLAG, LABEL, RANKS, ...)                               \
+  namespace {                                                                            \
+  const bool FLAG = mpp::test::equivalence::register_workers<__VA_ARGS__, RANKS>(LABEL); \
+  }                                                                                      \
+  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__, RANKS>(LABEL))) {            \
+    mpp::test::equivalence::run_all<RANKS>(FLAG, LABEL);                                 \
   }
 
 /// The same, named by the schedule's display name, on 2 and 4 ranks.
-#define MPP_PIPELINE_EQUIVALENCE(...)                                                              \
-  namespace {                                                                                      \
-  const bool equivalence_registered = mpp::test::equivalence::register_workers<__VA_ARGS__, 2, 4>( \
-      mpp::schedule_display_name<__VA_ARGS__>());                                                  \
-  }                                                                                                \
-  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__>(                                       \
-      mpp::schedule_display_name<__VA_ARGS__>()))) {                                               \
-    mpp::test::equivalence::run_all<2, 4>(equivalence_registered,                                  \
-                                          mpp::schedule_display_name<__VA_ARGS__>());              \
+#define MPP_PIPELINE_EQUIVALENCE(...) \
+  MPP_DETAIL_EQUIVALENCE(MPP_DETAIL_CAT(equivalence_registered_, __COUNTER__), __VA_ARGS__)
+#define MPP_DETAIL_EQUIVALENCE(FLAG, ...)                                                   \
+  namespace {                                                                               \
+  const bool FLAG = mpp::test::equivalence::register_workers<__VA_ARGS__, 2, 4>(            \
+      mpp::schedule_display_name<__VA_ARGS__>());                                           \
+  }                                                                                         \
+  TEST_CASE((mpp::test::equivalence::test_name<__VA_ARGS__>(                                \
+      mpp::schedule_display_name<__VA_ARGS__>()))) {                                        \
+    mpp::test::equivalence::run_all<2, 4>(FLAG, mpp::schedule_display_name<__VA_ARGS__>()); \
   }

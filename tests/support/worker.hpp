@@ -25,9 +25,12 @@ struct WorkerRegistrar {
 #define MPP_DETAIL_CAT(a, b) MPP_DETAIL_CAT2(a, b)
 
 /// MPP_TEST_WORKER("name") { ...body using the rank's environment...; return 0; }
-#define MPP_TEST_WORKER(name)                                                          \
-  static int MPP_DETAIL_CAT(mpp_worker_fn_, __LINE__)(int argc, char** argv);          \
-  static const ::mpp::test::WorkerRegistrar MPP_DETAIL_CAT(mpp_worker_reg_, __LINE__){ \
-      name, &MPP_DETAIL_CAT(mpp_worker_fn_, __LINE__)};                                \
-  static int MPP_DETAIL_CAT(mpp_worker_fn_, __LINE__)([[maybe_unused]] int argc,       \
-                                                      [[maybe_unused]] char** argv)
+/// Its function and registrar are named by __COUNTER__, unique in a unit that includes several
+/// test files (the unity groups of tests/CMakeLists.txt).
+#define MPP_TEST_WORKER(name) MPP_DETAIL_TEST_WORKER(name, __COUNTER__)
+#define MPP_DETAIL_TEST_WORKER(name, id)                                         \
+  static int MPP_DETAIL_CAT(mpp_worker_fn_, id)(int argc, char** argv);          \
+  static const ::mpp::test::WorkerRegistrar MPP_DETAIL_CAT(mpp_worker_reg_, id){ \
+      name, &MPP_DETAIL_CAT(mpp_worker_fn_, id)};                                \
+  static int MPP_DETAIL_CAT(mpp_worker_fn_, id)([[maybe_unused]] int argc,       \
+                                                [[maybe_unused]] char** argv)
