@@ -117,7 +117,5 @@ int main(int argc, char** argv) {
         run<decltype(ranks)::value, typename decltype(transport)::backend>(world, o);
       },
       "in M = 1, 2, 4, 8 and 16 micro-batches (--timeline, --trace and --svg show M = 8)",
-      [](CLI::App& app) {
-        app.add_option("--plot", plot_path, "draw the bubble against M here (SVG)");
-      });
+      {{"--plot", &plot_path, "draw the bubble against M here (SVG)"}});
 }

@@ -33,9 +33,8 @@ int main(int argc, char** argv) {
         // [/quote:pair]
       },
       nullptr,
-      [&](CLI::App& app) {
-        app.add_option("--schedule", schedule, "the zero-bubble schedule to compare with 1F1B")
-            ->check(CLI::IsMember({"zb-h1", "zb-v"}))
-            ->capture_default_str();
-      });
+      {{"--schedule",
+        &schedule,
+        "the zero-bubble schedule to compare with 1F1B",
+        {"zb-h1", "zb-v"}}});
 }

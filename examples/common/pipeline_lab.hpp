@@ -7,15 +7,14 @@
 // picture on request.
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
-#include <CLI/CLI.hpp>
 
 #include <ATen/Parallel.h>
 
 #include <cstdio>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "mpp/comm.hpp"
 #include "mpp/pipeline.hpp"
@@ -25,6 +24,7 @@
 #include "mpp/util/blas.hpp"
 
 #include "lab_main.hpp"
+#include "lab_options.hpp"
 
 namespace lab {
 
@@ -35,17 +35,6 @@ inline constexpr int micro_batches = 8;
 template <class Backend>
 struct Transport {
   using backend = Backend;
-};
-
-struct Options {
-  std::string transport = "shm";
-  mpp::models::MlpConfig model;
-  std::int64_t batch = 32;
-  int steps = 20;
-  bool timeline = false;
-  std::string trace;
-  std::string svg;
-  std::string costs_out;
 };
 
 struct MeanSquaredError {
@@ -128,30 +117,12 @@ void compare(const World& world, const Options& o, const Comparison& c) {
 /// run(world, options, std::integral_constant<int, P>, Transport<Backend>) for P = 2 or 4 ranks
 /// (mpp::with_ranks); on any other world size it prints the supported sizes and returns 2.
 /// `batching` says how the lab cuts the batch, for the header line (default: "in 8 micro-batches").
-/// `add_options`, when given, adds the lab's own options.
+/// `extra` are the lab's own options.
 template <class Run>
 int run_lab(int argc, char** argv, const char* lab, const char* description, Run run,
-            const char* batching, const std::function<void(CLI::App&)>& add_options) {
-  CLI::App app{description};
+            const char* batching, const std::vector<ExtraOption>& extra) {
   Options o;
-  app.add_option("--transport", o.transport,
-                 "shm: shared memory between the ranks of this host (microseconds a message); "
-                 "gloo: TCP, what also runs across hosts")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"shm", "gloo"}));
-  app.add_option("--hidden", o.model.hidden, "width of the Linear layers");
-  app.add_option("--layers", o.model.layers, "number of Linear layers");
-  app.add_option("--batch", o.batch, "samples per step");
-  app.add_option("--steps", o.steps, "timed steps");
-  app.add_flag("--timeline", o.timeline, "print the last step's measured timeline");
-  app.add_option("--trace", o.trace, "write the last step's Chrome trace JSON here");
-  app.add_option("--svg", o.svg, "draw the last step's measured timeline here (SVG)");
-  app.add_option("--costs-out", o.costs_out,
-                 "write the measured per-stage costs and message latency here (JSON, what "
-                 "mpp-schedule search --costs reads; a lab that trains two pipelines writes the "
-                 "second's)");
-  if (add_options) add_options(app);
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = parse_options(argc, argv, description, o, extra); code >= 0) return code;
 
   at::set_num_threads(1);
   const bool gloo = o.transport == "gloo";
@@ -184,10 +155,9 @@ int run_lab(int argc, char** argv, const char* lab, const char* description, Run
 /// died) ends the rank with its message and exit code 1, not an abort.
 template <class Run>
 int main(int argc, char** argv, const char* lab, const char* description, Run run,
-         const char* batching = nullptr,
-         const std::function<void(CLI::App&)>& add_options = nullptr) {
-  return guarded_main(
-      lab, [&] { return run_lab(argc, argv, lab, description, run, batching, add_options); });
+         const char* batching = nullptr, const std::vector<ExtraOption>& extra = {}) {
+  return guarded_main(lab,
+                      [&] { return run_lab(argc, argv, lab, description, run, batching, extra); });
 }
 
 }  // namespace lab
