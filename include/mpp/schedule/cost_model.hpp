@@ -33,10 +33,18 @@ struct Costs {
   int send_overhead = 0;
   int recv_overhead = 0;
   ///@}
+  /// The cores the ranks run on. 0, or at least the ranks: a core each, every compute takes its
+  /// cost. Fewer: the ranks that compute at once share them (mpp/schedule/core_sharing.hpp), a
+  /// compute beside more computing ranks than cores takes longer, and the costs are core time
+  /// (a compute's CPU time, not its wall time among others, which counts the sharing already).
+  int cores = 0;
   /// Per stage, where stages differ (indexed by stage; zeros keep the costs above). Measured, the
   /// stages of an evenly cut model differ too: the last stage's forward also computes the loss,
   /// the first stage's backward computes no gradient for its input.
   std::array<StageCosts, max_ranks * max_chunks_per_rank> stage{};
+
+  /// True when `ranks` ranks share fewer cores than they are (see `cores`).
+  constexpr bool shares_cores(int ranks) const { return cores > 0 && cores < ranks; }
 
   /// The duration of `op`: its compute cost, or `comm` for a send or receive.
   constexpr int of(Op op) const {

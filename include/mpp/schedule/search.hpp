@@ -237,10 +237,11 @@ constexpr bool list_schedule(ScheduleTable& t, const SearchSpec& spec, const Sea
   return true;
 }
 
-/// The lower bound of SearchResult, for M micro-batches through placement `p`.
+/// The lower bound of SearchResult, for M micro-batches through placement `p`. On fewer cores
+/// than ranks, the cores cannot do the ranks' compute in less than its sum over the cores either.
 constexpr int search_lower_bound(const Placement& p, int M, const Costs& costs, bool split) {
   const int P = p.ranks, V = p.chunks_per_rank;
-  int bound = 0;
+  int bound = 0, total = 0;
   for (int r = 0; r < P; ++r) {
     int busy = 0, head = 0x3fffffff;
     for (int c = 0; c < V; ++c) {
@@ -254,6 +255,11 @@ constexpr int search_lower_bound(const Placement& p, int M, const Costs& costs, 
       head = reach < head ? reach : head;
     }
     bound = head + busy > bound ? head + busy : bound;
+    total += busy;
+  }
+  if (costs.shares_cores(P)) {
+    const int shared = (total + costs.cores - 1) / costs.cores;
+    bound = shared > bound ? shared : bound;
   }
   return bound;
 }
@@ -446,6 +452,11 @@ constexpr void search_into(SearchResult& out, const SearchSpec& spec) {
   if (placement.ranks != spec.ranks) {
     out.error << "mpp: the search's placement is for " << placement.ranks << " ranks, not "
               << spec.ranks;
+    return;
+  }
+  if (spec.costs.cores < 0) {
+    out.error << "mpp: the search's cost model has " << spec.costs.cores
+              << " cores; give the cores the ranks share, or 0 for a core per rank";
     return;
   }
   if (spec.max_in_flight < 0) {

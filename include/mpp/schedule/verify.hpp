@@ -4,6 +4,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "mpp/schedule/core_sharing.hpp"
 #include "mpp/schedule/cost_model.hpp"
 #include "mpp/schedule/table.hpp"
 #include "mpp/schedule/timed_event.hpp"
@@ -174,6 +175,7 @@ struct Ledger {
       arrival_b[max_slots];  // input of F / output grad of B,I is on its rank at
   int posted_f[max_slots], posted_b[max_slots];  // buffered: when the RECV was posted
   int sent_f[max_slots], sent_b[max_slots];      // buffered: when the SEND was posted
+  CoreSharing sharing;  // ranks on fewer cores than ranks: when their computes end
 };
 
 /// Static rules, rank by rank in table order; fills the ledger and peak in-flight.
@@ -421,11 +423,15 @@ constexpr bool check_matching(const ScheduleTable& t, const Ledger& L, VerifyRes
 /// them. Buffered: SEND and RECV only post; the data arrives T_comm after the SEND, and the
 /// compute that needs it waits; a rank's step ends when its sends have been received.
 /// A compute-only table is replayed with implicit transfers (T_comm between ranks).
+/// On fewer cores than ranks (Costs::cores) a compute's start is found the same way, but its end
+/// waits until the shared clock (CoreSharing) gets there: the sweep stops at it, and when no rank
+/// can move the clock ends the next compute.
 constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Costs& costs,
                       Ledger& L, VerifyResult& out, EventSink* sink) {
   const int P = t.ranks, M = t.micro_batches, S = t.stages(), slots = S * M;
   const bool lowered = t.lowered, rendezvous = lowered && semantics == CommSemantics::rendezvous;
   const int comm = costs.comm;
+  const bool shared = costs.shares_cores(P);
   int remaining = 0;
   for (int r = 0; r < P; ++r) remaining += t.length[r];
   // Alternate sweep direction: activations flow to higher ranks, gradients to lower ones.
@@ -462,7 +468,12 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
             if (dep - 1 > ready) ready = dep - 1;
           }
           const int cost = costs.of(op, s);
-          const int end = ready + cost;
+          int end = ready + cost;
+          if (shared) {
+            if (!L.sharing.running(r) && !L.sharing.ended(r)) L.sharing.begin(r, ready, cost);
+            if (!L.sharing.ended(r)) break;  // ends when the shared clock gets there
+            end = L.sharing.take_end(r);
+          }
           if (op == Op::F)
             L.forward_end[id] = end + 1;
           else if (op != Op::W)
@@ -530,6 +541,8 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
         progress = 1;
       }
     }
+    // No rank can move: the shared clock ends the next compute, which lets some move again.
+    if (!progress && shared) progress = L.sharing.advance(P, costs.cores) ? 1 : 0;
   }
 
   if (remaining > 0) {
@@ -617,6 +630,12 @@ constexpr void verify_into(VerifyResult& out, const ScheduleTable& t, CommSemant
     else
       out.message << "its placement is for " << t.placement.ranks << " ranks of "
                   << t.placement.chunks_per_rank << "; build the placement for the table's shape";
+    return;
+  }
+  if (costs.cores < 0) {
+    out.rule = Rule::parameters;
+    out.message << "mpp: the cost model's cores must be >= 0 (got " << costs.cores
+                << "); give the cores the ranks share, or 0 for a core per rank";
     return;
   }
   if (t.stages() * t.micro_batches > max_slots) {
