@@ -19,6 +19,10 @@ TEST_CASE("costs written as JSON read back the same, stage by stage") {
   CHECK(back.stage[3].backward == 100);
   CHECK(back.stage[2].forward == 0);  // the common cost
   CHECK(back.of(mpp::Op::F, 3) == 51);
+  CHECK(back.cores == 0);  // not written: a core per rank
+  CHECK(text.find("cores") == std::string::npos);
+  c.cores = 2;
+  CHECK(mpp::costs_from_json(mpp::costs_to_json(c, 4)).cores == 2);
 }
 
 TEST_CASE("costs as JSON: what is missing or wrong is named") {
@@ -38,6 +42,13 @@ TEST_CASE("costs as JSON: what is missing or wrong is named") {
   CHECK(message("{\"forward\": 1, \"backward\": 2, \"stages\": [{\"forward\": 1.5}]}")
             .find("\"forward\" of stage 0 is 1.5") != std::string::npos);
   CHECK(message("not json").find("not JSON") != std::string::npos);
+  CHECK(message("{\"forward\": 1, \"backward\": 2, \"cores\": -1}")
+            .find("\"cores\" is -1; give the cores the ranks share as a whole number >= 0") !=
+        std::string::npos);
+  CHECK(message("{\"forward\": 1, \"backward\": 2, \"cores\": 1.5}").find("\"cores\" is 1.5") !=
+        std::string::npos);
+  CHECK(message("{\"forward\": 1, \"backward\": 2, \"cores\": \"two\"}")
+            .find("\"cores\" is \"two\"") != std::string::npos);
   CHECK(message("{\"forward\": 1, \"backward\": 2, \"unit_us\": -3}").find("\"unit_us\" is -3") !=
         std::string::npos);
   // Without I and W the backward splits in halves, for every stage too, and the reader says so.

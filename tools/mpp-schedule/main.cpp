@@ -102,6 +102,13 @@ int main(int argc, char** argv) {
   app.add_option("--comm-cost", costs.comm, "T_comm per transfer")
       ->capture_default_str()
       ->check(cost_check);
+  int cores = 0;
+  app.add_option("--cores", cores,
+                 "the cores the ranks share (0: a core per rank); fewer than the ranks: ranks "
+                 "that compute at once share them, and the costs are core time (overrides the "
+                 "\"cores\" of --costs)")
+      ->capture_default_str()
+      ->check(mpp::tools::at_least(0, "a whole number of cores; 0 gives every rank its own"));
   app.add_option("--svg", svg_path, "write the timeline as SVG");
   app.add_option("--json", json_path, "write the simulated run as Chrome trace JSON");
   app.add_option("--csv", csv_path,
@@ -145,6 +152,7 @@ int main(int argc, char** argv) {
                   << " gives no I and W (measured without a split backward); each is taken as "
                      "half of B\n";
     }
+    if (app.count("--cores") > 0) costs.cores = cores;
     const mpp::CommSemantics semantics =
         comm == "blocking" ? mpp::CommSemantics::rendezvous : mpp::CommSemantics::buffered;
     auto compute = std::make_unique<mpp::ScheduleTable>();
@@ -220,7 +228,9 @@ int main(int argc, char** argv) {
     const std::string figures = mpp::describe_figures(plan->figures);
     std::cout << label << "  (T_F=" << costs.forward << " T_B=" << costs.backward
               << " T_I=" << costs.input_grad << " T_W=" << costs.weight_grad
-              << " T_comm=" << costs.comm << ")\n";
+              << " T_comm=" << costs.comm;
+    if (costs.cores > 0) std::cout << ", " << costs.cores << " cores";
+    std::cout << ")\n";
     if (!quiet) std::cout << mpp::render_ascii(events);
     std::cout << figures << '\n';
     // With V chunks per rank a count in flight is of chunk activations, each 1/V of its rank's

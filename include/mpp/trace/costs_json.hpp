@@ -6,13 +6,14 @@
 //   {"forward": 34, "backward": 70, "input_grad": 0, "weight_grad": 0, "comm": 3,
 //    "send_overhead": 1, "recv_overhead": 0,
 //    "stages": [{"forward": 30, "backward": 61, "input_grad": 0, "weight_grad": 0}, ...],
-//    "unit_us": 12.5}
+//    "unit_us": 12.5, "cores": 2}
 //
 // Durations are integers in one unit of the file's choosing (measured runs: 1/100 of the slowest
 // action); 0 in a stage keeps the common cost, as mpp::StageCosts says. "unit_us", optional, is
 // one unit in microseconds: with it a predicted makespan reads as a step time. A run without a
 // split backward measures B but not I and W: it writes them as 0, and the reader takes each as half
-// of that B (costs_split_assumed() says so), for the common costs and for every stage.
+// of that B (costs_split_assumed() says so), for the common costs and for every stage. "cores",
+// optional, is the cores the ranks shared (mpp::Costs::cores; 0 or absent: a core per rank).
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -42,6 +43,7 @@ inline std::string costs_to_json(const Costs& c, int stages, double unit_us = 0.
                            {"weight_grad", st.weight_grad}});
   }
   if (unit_us > 0.0) j["unit_us"] = unit_us;
+  if (c.cores > 0) j["cores"] = c.cores;
   return j.dump(2) + "\n";
 }
 
@@ -89,6 +91,14 @@ inline Costs costs_from_json(const std::string& text) {
   c.comm = integer(j, "comm", "", false);
   c.send_overhead = integer(j, "send_overhead", "", false);
   c.recv_overhead = integer(j, "recv_overhead", "", false);
+  if (j.contains("cores")) {
+    const auto& v = j.at("cores");
+    if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 1000000)
+      throw ScheduleError("mpp: the costs' \"cores\" is " + v.dump() +
+                          "; give the cores the ranks share as a whole number >= 0 (0: a core "
+                          "per rank), or leave it out");
+    c.cores = v.get<int>();
+  }
   if (c.forward == 0 || c.backward == 0)
     throw ScheduleError("mpp: the costs' forward and backward must be at least 1");
   const auto halve = [](int backward, int& input_grad, int& weight_grad) {
