@@ -109,6 +109,31 @@ TEST_CASE("search in a V with messages that cost: within ZB-V's memory, no longe
         std::string::npos);
 }
 
+TEST_CASE("search on fewer cores than ranks: predicted, bounded and chosen on those cores") {
+  // 4 ranks on 2 cores, one chunk each, 1F1B's memory, the last stage heavier. Each rank computes
+  // 8 * (2 + 2 + 2) = 48 (the last 72): 216 over 2 cores, 108 at the least.
+  Costs costs = last_stage_heavier(4);
+  const auto one_core_each =
+      run({.ranks = 4, .micro_batches = 8, .max_in_flight = 4, .costs = costs});
+  costs.cores = 2;
+  const auto shared = run({.ranks = 4, .micro_batches = 8, .max_in_flight = 4, .costs = costs});
+  REQUIRE(one_core_each->ok());
+  REQUIRE(shared->ok());
+  CHECK(shared->lower_bound == 108);
+  CHECK(shared->figures.makespan >= shared->lower_bound);
+  // Its figures are its table's on two cores, and shorter than the table found for a core each
+  // (the same candidates, chosen on the other clock) runs on two.
+  CHECK(make_plan(shared->table, CommSemantics::buffered, costs)->figures.makespan ==
+        shared->figures.makespan);
+  const int elsewhere_best =
+      make_plan(one_core_each->table, CommSemantics::buffered, costs)->figures.makespan;
+  CHECK(shared->figures.makespan < elsewhere_best);
+  CHECK(shared->figures.makespan <= builtin("1f1b", 4, 8, 1, costs).makespan);
+  CHECK(shared->figures.makespan <= builtin("zb-h1", 4, 8, 1, costs).makespan);
+  MESSAGE("on 2 cores: searched " << shared->figures.makespan << ", the table for a core each "
+                                  << elsewhere_best << ", bound " << shared->lower_bound);
+}
+
 TEST_CASE("search refuses what cannot be and names the fix") {
   const auto bad = run({.ranks = 4, .micro_batches = 8, .max_in_flight = -1});
   CHECK(std::string(bad->error.view()).find("cap on activations must be >= 1") !=
