@@ -21,11 +21,13 @@
 #include "search_matrix.hpp"
 
 #include <benchmark/benchmark.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -39,6 +41,7 @@
 #include "configs.hpp"
 #include "library_step.hpp"
 #include "mpp/trace/costs_json.hpp"
+#include "mpp/trace/recorder.hpp"
 #include "searched/compute_h1024_b512_p2_free.hpp"
 #include "searched/compute_h1024_b512_p2_looped.hpp"
 #include "searched/compute_h1024_b512_p2_v.hpp"
@@ -262,6 +265,14 @@ void register_one(const Transports& transports) {
       ->UseRealTime();
 }
 
+/// The cores this process may run on (its affinity mask): what the ranks of one host share.
+int machine_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
 /// The medians of each measured figure the costs are made of, over several steps.
 trace::StepFigures median_figures(const std::vector<trace::StepFigures>& steps) {
   trace::StepFigures out = steps.front();
@@ -316,10 +327,13 @@ void measure_costs(const Transports& transports, const Config& c, const std::str
     f->stage_us[s][1] = whole->stage_us[s][1];
   const std::string path = dir + "/" + c.name + "_p" + std::to_string(P) +
                            (Split::chunks_per_rank == 2 ? "_v" : "_looped") + ".json";
-  std::ofstream(path) << measured_costs_json(*f);
-  std::printf("measured costs of %s (whole backwards of %s) on %s written to %s\n",
-              schedule_display_name<Split>().c_str(), schedule_display_name<Whole>().c_str(),
-              c.name, path.c_str());
+  const int cores = machine_cores();
+  std::ofstream(path) << measured_costs_json(*f, cores);
+  std::printf(
+      "measured costs of %s (whole backwards of %s) on %s, %d ranks on %d cores%s, "
+      "written to %s\n",
+      schedule_display_name<Split>().c_str(), schedule_display_name<Whole>().c_str(), c.name, P,
+      cores, trace::Recorder::core_time_from_env() ? " (computes in core time)" : "", path.c_str());
 }
 
 template <int P>
@@ -348,6 +362,11 @@ bool register_search_matrix(const Transports& transports) {
 }
 
 void write_measured_costs(const Transports& transports, const std::string& dir) {
+  // More ranks than cores: a compute's wall time counts the other ranks' turns on its core, which
+  // the cost model charges itself (Costs::cores), so computes are timed in core time (the
+  // recorder's MPP_TRACE_CORE_TIME; set to 0 to measure wall time anyway).
+  if (machine_cores() > 0 && machine_cores() < transports.gloo().size())
+    ::setenv("MPP_TRACE_CORE_TIME", "1", /*overwrite=*/0);
   switch (transports.gloo().size()) {
     case 2:
       measure_all<2>(transports, dir);

@@ -48,10 +48,12 @@ inline std::string costs_to_json(const Costs& c, int stages, double unit_us = 0.
 }
 
 /// What a measured step says as the JSON text above: each stage's F, B, I and W and the message
-/// latency in 1/100 of the slowest action, with "unit_us". A step without a split backward
-/// measured no I and W: they are written as 0, which the reader takes as halves of B.
-inline std::string measured_costs_json(const trace::StepFigures& f) {
+/// latency in 1/100 of the slowest action, with "unit_us", and `cores` > 0 as "cores" (the cores
+/// the ranks ran on). A step without a split backward measured no I and W: they are written as 0,
+/// which the reader takes as halves of B.
+inline std::string measured_costs_json(const trace::StepFigures& f, int cores = 0) {
   Costs costs = trace::measured_costs_with_latency(f);
+  costs.cores = cores;
   if (f.input_grad_us <= 0.0) {
     costs.input_grad = costs.weight_grad = 0;
     for (auto& s : costs.stage) s.input_grad = s.weight_grad = 0;
