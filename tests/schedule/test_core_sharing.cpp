@@ -36,6 +36,16 @@ static_assert(verify<TwoRanks, Async<Gloo>>(2, on_cores(2)).makespan == 9);
 static_assert(verify<TwoRanks, Async<Gloo>>(2, on_cores(3)).makespan == 9);
 static_assert(verify<TwoRanks, Blocking<Gloo>>(2, on_cores(1)).makespan == 12);
 
+// Posting a send is CPU time too: with one unit per post, 10 on a core each; on one core the sum
+// of the computes and the four posts (two activations, two gradients), 12 + 4.
+constexpr Costs posting_on_cores(int cores) {
+  Costs c = on_cores(cores);
+  c.send_overhead = 1;
+  return c;
+}
+static_assert(verify<TwoRanks, Async<Gloo>>(2, posting_on_cores(0)).makespan == 10);
+static_assert(verify<TwoRanks, Async<Gloo>>(2, posting_on_cores(1)).makespan == 16);
+
 /// Every figure of the verifier's result, compared.
 void check_same_figures(const VerifyResult& a, const VerifyResult& b) {
   REQUIRE(a.ok);

@@ -2,7 +2,8 @@
 // Ranks that share cores: the replay's clock for the compute of ranks that outnumber the cores
 // (Costs::cores). A compute needs its cost in core time; while n ranks compute on c < n cores,
 // each gets c / n of a core (processor sharing, what a fair OS scheduler converges to), so a
-// forward of cost 10 beside two other computing ranks on two cores takes 15. A rank that waits
+// forward of cost 10 beside two other computing ranks on two cores takes 15. Posting a buffered
+// message (Costs::send_overhead, recv_overhead) is CPU time and shares them too. A rank that waits
 // for a message takes no core: the waits it sleeps through (MPP_SHM_SPIN_US=0 on Shm) are what
 // this models, a spinning wait is a compute the table does not show.
 //
@@ -41,6 +42,14 @@ struct CoreSharing {
   constexpr int take_end(int rank) {
     state[rank] = 0;
     return end[rank];
+  }
+  /// The rank's compute from `start_units` of `cost`: begins it if it has not, and once the clock
+  /// has ended it, true with its end in `end_units` (false until then: the replay waits).
+  constexpr bool run(int rank, int start_units, int cost, int& end_units) {
+    if (!running(rank) && !ended(rank)) begin(rank, start_units, cost);
+    if (!ended(rank)) return false;
+    end_units = take_end(rank);
+    return true;
   }
 
   /// Moves the clock to the end of the next compute of the `ranks` ranks on `cores` cores and

@@ -469,11 +469,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
           }
           const int cost = costs.of(op, s);
           int end = ready + cost;
-          if (shared) {
-            if (!L.sharing.running(r) && !L.sharing.ended(r)) L.sharing.begin(r, ready, cost);
-            if (!L.sharing.ended(r)) break;  // ends when the shared clock gets there
-            end = L.sharing.take_end(r);
-          }
+          if (shared && !L.sharing.run(r, ready, cost, end)) break;  // ends on the shared clock
           if (op == Op::F)
             L.forward_end[id] = end + 1;
           else if (op != Op::W)
@@ -507,10 +503,13 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
             L.posted_b[id] = L.clock[r] + 1;
           }
           // Posting costs the rank its overhead (LogP's o); the transfer is not delayed by it.
+          // It is CPU time too: on shared cores it shares them as a compute does.
           const int overhead = send ? costs.send_overhead : costs.recv_overhead;
           if (overhead > 0) {
-            if (sink) sink->add(r, L.clock[r], L.clock[r] + overhead, a);
-            L.clock[r] += overhead;
+            int end = L.clock[r] + overhead;
+            if (shared && !L.sharing.run(r, L.clock[r], overhead, end)) break;
+            if (sink) sink->add(r, L.clock[r], end, a);
+            L.clock[r] = end;
           }
           ++L.pc[r];
           --remaining;
