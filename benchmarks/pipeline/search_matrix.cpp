@@ -328,7 +328,11 @@ void measure_costs(const Transports& transports, const Config& c, const std::str
   const std::string path = dir + "/" + c.name + "_p" + std::to_string(P) +
                            (Split::chunks_per_rank == 2 ? "_v" : "_looped") + ".json";
   const int cores = machine_cores();
-  std::ofstream(path) << measured_costs_json(*f, cores);
+  std::ofstream out(path);
+  if (!out)
+    throw std::runtime_error("pipeline_bench --costs-out: cannot write " + path +
+                             "; give a directory that exists");
+  out << measured_costs_json(*f, cores);
   std::printf(
       "measured costs of %s (whole backwards of %s) on %s, %d ranks on %d cores%s, "
       "written to %s\n",
