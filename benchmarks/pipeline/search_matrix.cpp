@@ -252,7 +252,7 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
 }
 
 /// Rounds of each comparison: enough for a 95 % interval on the median ratio.
-constexpr int comparison_rounds = 11;
+constexpr int comparison_rounds = 21;
 
 template <int P, int Model>
 void register_one(const Transports& transports) {
@@ -265,12 +265,17 @@ void register_one(const Transports& transports) {
       ->UseRealTime();
 }
 
-/// The cores this process may run on (its affinity mask): what the ranks of one host share.
-int machine_cores() {
+/// The cores the world's ranks run on, all on one host: the union of their affinity masks. Each
+/// rank's own mask is not it: mpprun binds each rank to a core of its own when they fit.
+int host_cores(const Transports& transports) {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof set, &set) != 0) return 0;
-  return CPU_COUNT(&set);
+  at::Tensor used = at::zeros({CPU_SETSIZE}, at::kFloat);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) used[cpu] = 1.0f;
+  transports.gloo().all_reduce(used);
+  return static_cast<int>(used.gt(0).sum().item<int64_t>());
 }
 
 /// The medians of each measured figure the costs are made of, over several steps.
@@ -317,7 +322,8 @@ std::optional<trace::StepFigures> measured_figures(const Transports& transports,
 /// `Whole` (the same stages: a stage's layers do not depend on where it lives), which a split
 /// backward's I + W overstates: the search then weighs what splitting really costs.
 template <class Whole, class Split, int P>
-void measure_costs(const Transports& transports, const Config& c, const std::string& dir) {
+void measure_costs(const Transports& transports, const Config& c, const std::string& dir,
+                   int cores) {
   static_assert(Whole::chunks_per_rank == Split::chunks_per_rank);
   const auto whole = measured_figures<Whole, P>(transports, c);
   auto f = measured_figures<Split, P>(transports, c);
@@ -327,7 +333,6 @@ void measure_costs(const Transports& transports, const Config& c, const std::str
     f->stage_us[s][1] = whole->stage_us[s][1];
   const std::string path = dir + "/" + c.name + "_p" + std::to_string(P) +
                            (Split::chunks_per_rank == 2 ? "_v" : "_looped") + ".json";
-  const int cores = machine_cores();
   std::ofstream out(path);
   if (!out)
     throw std::runtime_error("pipeline_bench --costs-out: cannot write " + path +
@@ -341,10 +346,10 @@ void measure_costs(const Transports& transports, const Config& c, const std::str
 }
 
 template <int P>
-void measure_all(const Transports& transports, const std::string& dir) {
+void measure_all(const Transports& transports, const std::string& dir, int cores) {
   for (const Config* c : models) {
-    measure_costs<OneFOneB<M>, ZeroBubbleH1<M>, P>(transports, *c, dir);
-    measure_costs<Interleaved1F1B<M, 2>, ZeroBubbleV<M>, P>(transports, *c, dir);
+    measure_costs<OneFOneB<M>, ZeroBubbleH1<M>, P>(transports, *c, dir, cores);
+    measure_costs<Interleaved1F1B<M, 2>, ZeroBubbleV<M>, P>(transports, *c, dir, cores);
   }
 }
 
@@ -369,14 +374,15 @@ void write_measured_costs(const Transports& transports, const std::string& dir) 
   // More ranks than cores: a compute's wall time counts the other ranks' turns on its core, which
   // the cost model charges itself (Costs::cores), so computes are timed in core time (the
   // recorder's MPP_TRACE_CORE_TIME; set to 0 to measure wall time anyway).
-  if (machine_cores() > 0 && machine_cores() < transports.gloo().size())
+  const int cores = host_cores(transports);
+  if (cores > 0 && cores < transports.gloo().size())
     ::setenv("MPP_TRACE_CORE_TIME", "1", /*overwrite=*/0);
   switch (transports.gloo().size()) {
     case 2:
-      measure_all<2>(transports, dir);
+      measure_all<2>(transports, dir, cores);
       break;
     case 4:
-      measure_all<4>(transports, dir);
+      measure_all<4>(transports, dir, cores);
       break;
     default:
       throw std::runtime_error("pipeline_bench --costs-out runs on 2 or 4 ranks");

@@ -46,6 +46,17 @@ TEST_CASE("search at unit costs: within 1F1B's memory as short as ZB-H1, and pro
         found->figures.makespan);
 }
 
+TEST_CASE("search that only ties a built-in returns the built-in") {
+  // Whole backwards at unit costs within 1F1B's memory: nothing beats 1F1B, and a table of the
+  // search that is as short takes its place only when predicted strictly faster.
+  const auto found =
+      run({.ranks = 4, .micro_batches = 8, .max_in_flight = 4, .split_backward = false});
+  REQUIRE(found->ok());
+  const VerifyResult one_f_one_b = builtin("1f1b", 4, 8, 1, {});
+  CHECK(found->figures.makespan == one_f_one_b.makespan);
+  CHECK(found->origin.view() == std::string_view("OneFOneB"));
+}
+
 TEST_CASE("search with a V placement and twice the cap: as short as ZB-V") {
   const auto found = run(
       {.ranks = 4, .micro_batches = 8, .placement = v_shape_placement(4, 2), .max_in_flight = 8});

@@ -15,7 +15,8 @@
 // there (none, one, all: with none, a rank whose cap is full of first chunks cannot run the later
 // chunk that would free one, and messages that cost make that happen). The built-ins with the same
 // placement are candidates too. Every candidate is verified under the costs; the shortest sound
-// one wins. Deterministic, and a few milliseconds per candidate for P <= 8, M <= 32.
+// one wins, and of equally short ones of a placement the first tried: a built-in before a table
+// of the search. Deterministic, and a few milliseconds per candidate for P <= 8, M <= 32.
 //
 // With a free placement the search also chooses which rank holds which stage. Every map with V
 // stages per rank is allowed, too many to search each (2 027 025 for P = 8, V = 2), so a few are:
@@ -403,21 +404,9 @@ constexpr void search_placed(SearchResult& out, const SearchSpec& spec,
       out.origin << origin;
     }
   };
-  for (int limit = 1; limit <= deepest; ++limit)
-    for (int shape = 0; shape < (V > 1 && spec.max_in_flight > 0 ? 24 : 8); ++shape) {
-      const int reserve = shape / 8 == 2 ? spec.micro_batches * V : shape / 8;
-      const SearchPolicy policy{limit, (shape & 1) != 0, (shape & 2) == 0, (shape & 4) != 0,
-                                reserve};
-      candidate = probe;
-      const bool finished = with_state<SearchState>(
-          [&](SearchState& st) { return list_schedule(candidate, spec, policy, st); });
-      if (finished)
-        consider("list scheduling");
-      else
-        ++out.candidates;
-    }
-  // The built-ins with the same placement, M and kind of backward are candidates too: the result
-  // is never predicted slower than one of them at the same cap.
+  // The built-ins with the same placement, M and kind of backward are candidates too, and first:
+  // the result is never predicted slower than one of them at the same cap, and a table of the
+  // search takes a built-in's place only when it is predicted strictly faster.
   for_each_builtin_schedule([&]<class F>() {
     if (F::fixed_chunks != 0 && F::fixed_chunks != V) return;
     candidate = ScheduleTable{};
@@ -431,6 +420,19 @@ constexpr void search_placed(SearchResult& out, const SearchSpec& spec,
           if (candidate.actions[r][k].op == Op::I || candidate.actions[r][k].op == Op::W) return;
     consider(F::name);
   });
+  for (int limit = 1; limit <= deepest; ++limit)
+    for (int shape = 0; shape < (V > 1 && spec.max_in_flight > 0 ? 24 : 8); ++shape) {
+      const int reserve = shape / 8 == 2 ? spec.micro_batches * V : shape / 8;
+      const SearchPolicy policy{limit, (shape & 1) != 0, (shape & 2) == 0, (shape & 4) != 0,
+                                reserve};
+      candidate = probe;
+      const bool finished = with_state<SearchState>(
+          [&](SearchState& st) { return list_schedule(candidate, spec, policy, st); });
+      if (finished)
+        consider("list scheduling");
+      else
+        ++out.candidates;
+    }
 }
 
 }  // namespace detail
