@@ -3,8 +3,9 @@
 #   cmake -DCLANG_FORMAT=<path> -DROOT=<source dir> -P cmake/CheckFormat.cmake
 # Fix with: clang-format -i <the files it lists>
 set(sources)
-foreach(dir include tests examples benchmarks tools)
-  file(GLOB_RECURSE found "${ROOT}/${dir}/*.cpp" "${ROOT}/${dir}/*.hpp" "${ROOT}/${dir}/*.h")
+foreach(dir include src tests examples benchmarks tools)
+  file(GLOB_RECURSE found "${ROOT}/${dir}/*.cpp" "${ROOT}/${dir}/*.hpp" "${ROOT}/${dir}/*.h"
+       "${ROOT}/${dir}/*.ipp")
   list(APPEND sources ${found})
 endforeach()
 list(LENGTH sources count)

@@ -6,9 +6,16 @@
 # mpp::schedule alone and without the PCH, which also proves that they stay LibTorch-free.
 include_guard(GLOBAL)
 
+#
+# They check the header-only mode, the one users get: each TU undefines MPP_SEPARATE_COMPILATION
+# (which the shared PCH and this project's other units are compiled with, MppHelpers.cmake), so
+# that a header includes its impl/*.ipp and the check compiles those definitions too.
+# mpp/impl/src*.hpp, the unit that compiles them once, is built as mpp_compiled instead.
 file(GLOB_RECURSE mpp_public_headers CONFIGURE_DEPENDS
      RELATIVE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/include/mpp/*.hpp)
+list(FILTER mpp_public_headers EXCLUDE REGEX "^mpp/impl/")
 list(SORT mpp_public_headers)
+set(mpp_header_only "#undef MPP_SEPARATE_COMPILATION  // header-only, as users compile mpp\n")
 
 # Direct includes of each header: mpp ones to follow, and whether it names LibTorch itself.
 set(mpp_torch_include_regex "#[ \t]*include[ \t]*[<\"](torch|ATen|c10|caffe2)/")
@@ -49,7 +56,8 @@ set(mpp_torch_sources "")
 foreach(header ${mpp_public_headers})
   string(REPLACE "/" "__" stem ${header})
   set(source ${PROJECT_BINARY_DIR}/header_check/${stem}.cpp)
-  set(text "// Generated: ${header} compiles on its own.\n#include \"${header}\"\n#include \"${header}\"\n")
+  set(text "// Generated: ${header} compiles on its own.\n${mpp_header_only}")
+  string(APPEND text "#include \"${header}\"\n#include \"${header}\"\n")
   # Rewritten only when the text changes, so that a reconfigure does not rebuild the check.
   file(CONFIGURE OUTPUT ${source} CONTENT "${text}" @ONLY)
   mpp_header_needs_torch(${header} torch)
@@ -69,6 +77,7 @@ foreach(order forward reverse)
     list(REVERSE headers)
   endif()
   set(text "// Generated: every public header of mpp together (${order} name order).\n")
+  string(APPEND text "${mpp_header_only}")
   foreach(header ${headers})
     string(APPEND text "#include \"${header}\"\n")
   endforeach()

@@ -42,6 +42,44 @@ function(mpp_project_warnings target)
   endif()
 endfunction()
 
+# mpp compiled once (docs/design.md, "Compiled once"). mpp::mpp stays header-only for every user;
+# with MPP_SEPARATE_COMPILATION (on when mpp is the top-level project) this project's own targets
+# instead compile with the macro MPP_SEPARATE_COMPILATION, under which the headers only declare
+# mpp's functions that are not templates, and link them from two static libraries built once with
+# the build type's flags: mpp_std_compiled (src/mpp_std.cpp: trace/, launch/ and the other
+# torch-free parts, for programs on mpp::schedule alone) and mpp_compiled (src/mpp.cpp: the rest,
+# on LibTorch). The macro must be the same in every unit of a program, the PCHs included (GCC
+# reads their macro state into each unit that uses them).
+option(MPP_SEPARATE_COMPILATION
+       "Compile mpp's functions that are not templates once (mpp_compiled) for this project's own targets"
+       ${MPP_TOP_LEVEL})
+
+# mpp_separate_compilation_definition(<target>): <target> is compiled with MPP_SEPARATE_COMPILATION
+# when the option is on (the PCHs and what reuses them, which may not link mpp_compiled).
+function(mpp_separate_compilation_definition target)
+  if(MPP_SEPARATE_COMPILATION)
+    target_compile_definitions(${target} PRIVATE MPP_SEPARATE_COMPILATION)
+  endif()
+endfunction()
+
+# mpp_link_compiled(<target> [TORCH] [PUBLIC]): <target> links what mpp compiled once (mpp_compiled
+# with TORCH, else mpp_std_compiled), which also brings the macro; nothing when the option is off.
+function(mpp_link_compiled target)
+  cmake_parse_arguments(ARG "TORCH;PUBLIC" "" "" ${ARGN})
+  if(NOT MPP_SEPARATE_COMPILATION)
+    return()
+  endif()
+  set(scope PRIVATE)
+  if(ARG_PUBLIC)
+    set(scope PUBLIC)
+  endif()
+  if(ARG_TORCH)
+    target_link_libraries(${target} ${scope} mpp_compiled)
+  else()
+    target_link_libraries(${target} ${scope} mpp_std_compiled)
+  endif()
+endfunction()
+
 # Lets ccache fall back to preprocessor mode on TUs that use GCC's .gch (ccache manual).
 set(MPP_PCH_OPTIONS "")
 if(MPP_CCACHE_ACTIVE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
@@ -97,6 +135,7 @@ set(MPP_TEST_PCH_TARGET "")
 function(mpp_add_pch target)
   add_library(${target} OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
   target_link_libraries(${target} PUBLIC mpp::mpp)
+  mpp_separate_compilation_definition(${target})  # as its users (mpp_use_pch)
   # Compiled with the flags of the executables that reuse it (mpp_add_executable below).
   if(TARGET Boost::headers)
     target_link_libraries(${target} PUBLIC Boost::headers)
@@ -132,7 +171,22 @@ function(mpp_use_pch target)
   endif()
   target_precompile_headers(${target} REUSE_FROM ${pch})
   target_compile_options(${target} PRIVATE ${MPP_PCH_OPTIONS})
+  mpp_separate_compilation_definition(${target})  # as the PCH was compiled
 endfunction()
+
+# The two libraries of mpp compiled once (see MPP_SEPARATE_COMPILATION above).
+if(MPP_SEPARATE_COMPILATION)
+  add_library(mpp_std_compiled STATIC ${PROJECT_SOURCE_DIR}/src/mpp_std.cpp)
+  target_link_libraries(mpp_std_compiled PUBLIC mpp::schedule)
+  target_compile_definitions(mpp_std_compiled PUBLIC MPP_SEPARATE_COMPILATION)
+  mpp_project_warnings(mpp_std_compiled)
+  if(TARGET mpp)
+    add_library(mpp_compiled STATIC ${PROJECT_SOURCE_DIR}/src/mpp.cpp)
+    target_link_libraries(mpp_compiled PUBLIC mpp::mpp mpp_std_compiled)
+    mpp_project_warnings(mpp_compiled)
+    mpp_use_pch(mpp_compiled)
+  endif()
+endif()
 
 # mpp_add_executable(name [TORCH] [TEST] SOURCES a.cpp ... [LIBS ...])
 #   TORCH: links mpp::mpp and reuses the shared LibTorch PCH; otherwise links only mpp::schedule.
@@ -143,6 +197,7 @@ function(mpp_add_executable name)
   mpp_project_warnings(${name})
   if(ARG_TORCH)
     target_link_libraries(${name} PRIVATE mpp::mpp ${ARG_LIBS})
+    mpp_link_compiled(${name} TORCH)
     if(ARG_TEST)
       mpp_use_pch(${name} TEST)  # links Boost::headers too
     else()
@@ -150,6 +205,7 @@ function(mpp_add_executable name)
     endif()
   else()
     target_link_libraries(${name} PRIVATE mpp::schedule ${ARG_LIBS})
+    mpp_link_compiled(${name})
     # The tests' and benchmarks' policy lists use Boost.Hana, which mpp::schedule does not bring.
     if(TARGET Boost::headers)
       target_link_libraries(${name} PRIVATE Boost::headers)

@@ -19,6 +19,7 @@
 #endif
 
 #include "mpp/comm/shm_segment.hpp"
+#include "mpp/config.hpp"
 #include "mpp/error.hpp"
 
 namespace mpp::detail::shm {
@@ -39,48 +40,12 @@ inline const char* kind_name(Kind kind) {
   }
 }
 
-inline std::string op_text(RedOp op) {
-  switch (op) {
-    case RedOp::SUM:
-      return "sum";
-    case RedOp::AVG:
-      return "avg";
-    case RedOp::PRODUCT:
-      return "product";
-    case RedOp::MIN:
-      return "min";
-    case RedOp::MAX:
-      return "max";
-    default:
-      return "op " + std::to_string(static_cast<int>(op));
-  }
-}
+MPP_DECL std::string op_text(RedOp op);
 
-inline std::string tag_text(const ChunkTag& t) {
-  std::string text =
-      std::string(kind_name(static_cast<Kind>(t.kind))) + " #" + std::to_string(t.op) + " of " +
-      c10::toString(static_cast<at::ScalarType>(t.dtype)) + "[" + std::to_string(t.numel) + "]";
-  if (t.reduce >= 0) text += " " + op_text(static_cast<RedOp>(t.reduce));
-  if (static_cast<Kind>(t.kind) != Kind::all_reduce)
-    text += " (owned runs " + std::to_string(t.runs) + ")";
-  return text;
-}
+MPP_DECL std::string tag_text(const ChunkTag& t);
 
 /// A hash of the runs, compared across ranks (FNV-1a).
-inline std::uint64_t runs_hash(const std::vector<std::pair<std::int64_t, std::int64_t>>& runs) {
-  std::uint64_t h = 1469598103934665603ULL;
-  auto mix = [&](std::int64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= static_cast<std::uint64_t>(v >> (8 * i)) & 0xff;
-      h *= 1099511628211ULL;
-    }
-  };
-  for (const auto& [offset, numel] : runs) {
-    mix(offset);
-    mix(numel);
-  }
-  return h;
-}
+MPP_DECL std::uint64_t runs_hash(const std::vector<std::pair<std::int64_t, std::int64_t>>& runs);
 
 /// A flat tensor of `numel` elements seen chunk by chunk, with every rank's run ({offset, numel}
 /// per rank): what all_gather_runs and reduce_scatter_runs both work with.
@@ -135,42 +100,9 @@ void fold(T* out, const std::vector<const T*>& in, std::size_t n, RedOp op) {
 
 /// Reduces `n` elements of every rank's slot (in rank order) into `out`. bfloat16 is widened to
 /// float32 and rounded once at the end, as Gloo's path in mpp does.
-inline void reduce_chunk(at::ScalarType dtype, RedOp op, void* out,
-                         const std::vector<const char*>& in, std::size_t n,
-                         std::vector<float>& scratch) {
-  if (n == 0) return;
-  switch (dtype) {
-    case at::kFloat: {
-      std::vector<const float*> p;
-      for (auto* s : in) p.push_back(reinterpret_cast<const float*>(s));
-      fold(static_cast<float*>(out), p, n, op);
-      return;
-    }
-    case at::kDouble: {
-      std::vector<const double*> p;
-      for (auto* s : in) p.push_back(reinterpret_cast<const double*>(s));
-      fold(static_cast<double*>(out), p, n, op);
-      return;
-    }
-    case at::kBFloat16: {
-      scratch.resize(n * in.size());
-      std::vector<const float*> p;
-      for (std::size_t q = 0; q < in.size(); ++q) {
-        const auto* src = reinterpret_cast<const c10::BFloat16*>(in[q]);
-        float* wide = scratch.data() + q * n;
-        for (std::size_t i = 0; i < n; ++i) wide[i] = static_cast<float>(src[i]);
-        p.push_back(wide);
-      }
-      float* acc = scratch.data();  // overwrites rank 0's widened copy, element by element
-      fold(acc, p, n, op);
-      auto* dst = static_cast<c10::BFloat16*>(out);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = c10::BFloat16(acc[i]);
-      return;
-    }
-    default:
-      throw LogicError("mpp: Shm reduction of an unsupported dtype");
-  }
-}
+MPP_DECL void reduce_chunk(at::ScalarType dtype, RedOp op, void* out,
+                           const std::vector<const char*>& in, std::size_t n,
+                           std::vector<float>& scratch);
 
 /// What the worker is blocked on, for the message of a caller whose wait runs out first.
 struct Progress {
@@ -179,17 +111,11 @@ struct Progress {
   const char* running_kind = "all_reduce";
   std::string waiting;  // set while the worker sleeps on peers
 
-  std::string describe(std::uint64_t number) {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::string s;
-    if (running != 0 && running < number)
-      s = "it has not started: " + std::string(running_kind) + " #" + std::to_string(running) +
-          " before it is still running";
-    else
-      s = "it is running";
-    if (!waiting.empty()) s += " (" + waiting + ")";
-    return s;
-  }
+  MPP_DECL std::string describe(std::uint64_t number);
 };
 
 }  // namespace mpp::detail::shm
+
+#ifndef MPP_SEPARATE_COMPILATION
+#include "mpp/comm/impl/shm_reduce.ipp"
+#endif

@@ -16,6 +16,7 @@
 #include "mpp/comm/error.hpp"
 #include "mpp/comm/shm_mailbox.hpp"
 #include "mpp/comm/shm_reduce.hpp"
+#include "mpp/config.hpp"
 #include "mpp/error.hpp"
 
 namespace mpp {
@@ -33,20 +34,7 @@ class ShmWork : public c10d::Work {
 
   /// Waits until the worker has completed it and rethrows the worker's error; past `timeout` throws
   /// std::runtime_error naming what the worker waits for.
-  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (timeout == ::kNoTimeout) {
-      cv_.wait(lock, [&] { return completed_; });
-    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      lock.unlock();
-      throw RuntimeError("mpp: " + std::string(barrier_ ? "barrier after " : "") +
-                         detail::shm::kind_name(kind_) + " #" + std::to_string(number_) +
-                         " over shared memory timed out after " +
-                         detail::shm::duration_text(timeout) + ": " + progress_->describe(number_));
-    }
-    if (exception_) std::rethrow_exception(exception_);
-    return true;
-  }
+  MPP_DECL bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
 
   /// Its place in the group's submission order (1 for the first collective; a barrier carries the
   /// number of the collective queued before it).
@@ -90,14 +78,7 @@ class ShmMailWork : public c10d::Work {
   bool isCompleted() override { return done_ || mailbox_->test(ops_); }
 
   /// Without a timeout (c10d's kNoTimeout), the group's deadline applies.
-  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
-    if (done_) return true;
-    mailbox_->wait(ops_, timeout == ::kNoTimeout ? default_timeout_ : timeout);
-    done_ = true;
-    if (target_.defined()) target_.copy_(ops_.front()->tensor);
-    target_ = at::Tensor();
-    return true;
-  }
+  MPP_DECL bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
 
  private:
   std::shared_ptr<detail::shm::Mailbox> mailbox_;
@@ -108,3 +89,7 @@ class ShmMailWork : public c10d::Work {
 };
 
 }  // namespace mpp
+
+#ifndef MPP_SEPARATE_COMPILATION
+#include "mpp/comm/impl/shm_work.ipp"
+#endif
