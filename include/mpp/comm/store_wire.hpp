@@ -26,6 +26,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include "mpp/config.hpp"
 
 namespace mpp {
 
@@ -50,70 +51,38 @@ inline constexpr std::uint32_t max_frame = 64u << 20;
 
 using Clock = std::chrono::steady_clock;
 
-inline void put_u32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-inline void put_i64(std::string& out, std::int64_t value) {
-  const auto v = static_cast<std::uint64_t>(value);
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-inline void put_bytes(std::string& out, const void* data, std::size_t n) {
-  put_u32(out, static_cast<std::uint32_t>(n));
-  out.append(static_cast<const char*>(data), n);
-}
+MPP_DECL void put_u32(std::string& out, std::uint32_t v);
+MPP_DECL void put_i64(std::string& out, std::int64_t value);
+MPP_DECL void put_bytes(std::string& out, const void* data, std::size_t n);
 inline void put_str(std::string& out, std::string_view s) { put_bytes(out, s.data(), s.size()); }
-inline std::uint32_t get_u32(const char* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
+MPP_DECL std::uint32_t get_u32(const char* p);
 
 /// Reads the fields of one frame; any overrun means the peer sent garbage.
 struct Reader {
   std::string_view data;
   struct Malformed {};
 
-  std::string_view take(std::size_t n) {
-    if (data.size() < n) throw Malformed{};
-    auto s = data.substr(0, n);
-    data.remove_prefix(n);
-    return s;
-  }
+  MPP_DECL std::string_view take(std::size_t n);
   std::uint8_t u8() { return static_cast<std::uint8_t>(take(1)[0]); }
   std::uint32_t u32() { return get_u32(take(4).data()); }
-  std::int64_t i64() {
-    auto s = take(8);
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i)
-      v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i])) << (8 * i);
-    return static_cast<std::int64_t>(v);
-  }
+  MPP_DECL std::int64_t i64();
   std::string_view str() { return take(u32()); }
 };
 
 /// Wraps a frame body with its length prefix.
-inline std::string frame(const std::string& body) {
-  std::string out;
-  out.reserve(body.size() + 4);
-  put_u32(out, static_cast<std::uint32_t>(body.size()));
-  out += body;
-  return out;
-}
+MPP_DECL std::string frame(const std::string& body);
 
 inline std::string errno_text(int err) { return std::strerror(err); }
 
 inline void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
-inline void set_nodelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
+MPP_DECL void set_nodelay(int fd);
 
-inline int ms_until(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return static_cast<int>(std::clamp<long long>(left.count(), 0, 60'000));
-}
+MPP_DECL int ms_until(Clock::time_point deadline);
 
 }  // namespace detail::store_wire
 
 }  // namespace mpp
+
+#ifndef MPP_SEPARATE_COMPILATION
+#include "mpp/comm/impl/store_wire.ipp"
+#endif

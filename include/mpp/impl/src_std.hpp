@@ -9,3 +9,15 @@
 #endif
 
 #include "mpp/config.hpp"
+
+#include "mpp/comm/impl/env.ipp"
+#include "mpp/comm/impl/store_server.ipp"
+#include "mpp/comm/impl/store_wire.ipp"
+#include "mpp/launch/impl/cpu_binding.ipp"
+#include "mpp/launch/impl/cpu_latency.ipp"
+#include "mpp/launch/impl/environment.ipp"
+#include "mpp/launch/impl/launcher.ipp"
+#include "mpp/launch/impl/process.ipp"
+#include "mpp/trace/impl/costs_json.ipp"
+#include "mpp/trace/impl/plot.ipp"
+#include "mpp/trace/impl/timeline.ipp"

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include "mpp/config.hpp"
 
 namespace mpp::launch {
 
@@ -27,24 +28,8 @@ class CpuLatencyLimit {
  public:
   /// Asks for `microseconds` (0: idle CPUs poll). Never throws: without the rights (root) the
   /// limit is simply not held, and status() says so.
-  explicit CpuLatencyLimit(std::int32_t microseconds) : microseconds_(microseconds) {
-    fd_ = ::open(cpu_latency_device, O_WRONLY | O_CLOEXEC);
-    if (fd_ >= 0 && ::write(fd_, &microseconds, sizeof microseconds) ==
-                        static_cast<ssize_t>(sizeof microseconds)) {
-      status_ = std::string(cpu_latency_device) + " held at " + std::to_string(microseconds) +
-                " us: idle CPUs " +
-                (microseconds == 0 ? "poll instead of halting" : "stay in shallow sleep states");
-      return;
-    }
-    status_ = std::string(cpu_latency_device) + " could not be held (" + std::strerror(errno) +
-              (errno == EACCES || errno == EPERM ? "; it needs root" : "") +
-              "): idle CPUs may halt and wake-ups may wait for a timer tick";
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  ~CpuLatencyLimit() {
-    if (fd_ >= 0) ::close(fd_);
-  }
+  MPP_DECL explicit CpuLatencyLimit(std::int32_t microseconds);
+  MPP_DECL ~CpuLatencyLimit();
   CpuLatencyLimit(const CpuLatencyLimit&) = delete;
   CpuLatencyLimit& operator=(const CpuLatencyLimit&) = delete;
 
@@ -63,13 +48,10 @@ class CpuLatencyLimit {
 
 /// The limit in force now (the smallest any process holds; 2000000000 when none does), or -1
 /// when it cannot be read.
-inline std::int64_t current_cpu_latency_limit_us() {
-  const int fd = ::open(cpu_latency_device, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  std::int32_t value = 0;
-  const auto got = ::read(fd, &value, sizeof value);
-  ::close(fd);
-  return got == static_cast<ssize_t>(sizeof value) ? value : -1;
-}
+MPP_DECL std::int64_t current_cpu_latency_limit_us();
 
 }  // namespace mpp::launch
+
+#ifndef MPP_SEPARATE_COMPILATION
+#include "mpp/launch/impl/cpu_latency.ipp"
+#endif
