@@ -9,7 +9,10 @@ if(NOT code EQUAL 0)
 endif()
 foreach(file include/mpp/pipeline.hpp include/mpp/data_parallel.hpp include/mpp/comm/policy.hpp
              include/mpp/launch/launcher.hpp bin/mpprun bin/mpp-schedule share/doc/mpp/LICENSE
-             share/doc/mpp/CHANGELOG.md)
+             share/doc/mpp/CHANGELOG.md
+             # what a project needs to compile mpp once (docs/using-mpp.md)
+             include/mpp/config.hpp include/mpp/impl/src.hpp include/mpp/comm/impl/shm_group.ipp
+             include/mpp/launch/impl/launcher.ipp)
   if(NOT EXISTS ${MPP_PREFIX}/${file})
     message(FATAL_ERROR "install.tree: ${file} missing from the install tree ${MPP_PREFIX}")
   endif()
