@@ -118,7 +118,7 @@ cp -r "$root/include/mpp/." "$tree/include/mpp/"
 target="Member chrome_trace(std::span< const RankTrace > traces) (function) of namespace mpp::trace is not documented."
 out=$(run_check "$tree")
 grep -qF -- "$target" <<<"$out" && fail "real tree: chrome_trace reported before its comment was removed"
-uncomment "$tree/include/mpp/trace/timeline.hpp" '^inline std::string chrome_trace\('
+uncomment "$tree/include/mpp/trace/timeline.hpp" '^MPP_DECL std::string chrome_trace\('
 if out=$(run_check "$tree"); then
   fail "real tree: the check passed without chrome_trace's comment"
 fi
