@@ -40,6 +40,7 @@
 #include "../common/paired.hpp"
 #include "configs.hpp"
 #include "library_step.hpp"
+#include "mpp/launch/cpu_binding.hpp"
 #include "mpp/trace/costs_json.hpp"
 #include "mpp/trace/recorder.hpp"
 #include "searched/compute_h1024_b512_p2_free.hpp"
@@ -268,12 +269,8 @@ void register_one(const Transports& transports) {
 /// The cores the world's ranks run on, all on one host: the union of their affinity masks. Each
 /// rank's own mask is not it: mpprun binds each rank to a core of its own when they fit.
 int host_cores(const Transports& transports) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 0;
   at::Tensor used = at::zeros({CPU_SETSIZE}, at::kFloat);
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &set)) used[cpu] = 1.0f;
+  for (const int cpu : launch::allowed_cpus()) used[cpu] = 1.0f;
   transports.gloo().all_reduce(used);
   return static_cast<int>(used.gt(0).sum().item<int64_t>());
 }
