@@ -187,15 +187,22 @@ MPP_TEST_WORKER("mail_matching") {
     world.send(at::full({4}, 8.0f), 1, 8);
     world.send(at::full({4}, 9.0f), 1, 9);
     gloo.send(go, 1, 0);
-    // Larger than the ring: completes only once rank 1 receives it (after it has slept).
-    const auto start = Clock::now();
+    // Larger than the ring: completes only once rank 1 drains the ring, which a rank does only
+    // inside its own Shm calls. So the send starts when rank 1 has made its last Shm call before
+    // the receive (it says so over Gloo), and must not return before rank 1 posts the receive
+    // after a sleep. Both ranks read one clock (steady_clock is the host's CLOCK_MONOTONIC): the
+    // check compares two instants, not a duration that load can stretch or shrink.
+    gloo.recv(go, 1, 2);
     world.send(at::ones({ring}), 1, 10);  // 4 x ring bytes
-    const auto waited = ms_since(start);
-    expect(waited >= 150, "a send 4x the ring returned after " + std::to_string(waited) +
-                              " ms, before its receiver took it");
+    const auto returned = now_ns();
     // Wrong size: rank 1 posts 5 elements for 4.
     world.send(at::ones({4}), 1, 11);
     world.send(at::full({3}, 3.0f), 1, 12);
+    auto posted = at::zeros({1}, at::kLong);
+    gloo.recv(posted, 1, 1);
+    const auto early_us = (posted.item<std::int64_t>() - returned) / 1000;
+    expect(early_us <= 0, "a send 4x the ring returned " + std::to_string(early_us) +
+                              " us before its receiver posted the receive");
   } else {
     gloo.recv(go, 0, 0);
     for (int i = 0; i < 100; ++i) {
@@ -214,8 +221,10 @@ MPP_TEST_WORKER("mail_matching") {
            "tags received out of order");
     expect(at::equal(first, at::full({4}, 1.0f)) && at::equal(second, at::full({4}, 2.0f)),
            "one tag's messages in order");
-    std::this_thread::sleep_for(300ms);
+    gloo.send(go, 0, 2);
+    std::this_thread::sleep_for(100ms);
     auto big = at::zeros({ring});
+    const auto posted = now_ns();
     world.recv(big, 0, 10);
     expect(at::equal(big, at::ones({ring})), "message larger than the ring");
     auto wrong = at::zeros({5});
@@ -231,6 +240,7 @@ MPP_TEST_WORKER("mail_matching") {
     auto after = at::zeros({3});
     world.recv(after, 0, 12);
     expect(at::equal(after, at::full({3}, 3.0f)), "the message after a refused one");
+    gloo.send(at::full({1}, posted, at::kLong), 0, 1);
   }
   std::printf("rank %d: matching and buffering as over Gloo\n", me);
   return 0;

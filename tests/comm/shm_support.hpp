@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
@@ -32,6 +33,13 @@ inline bool contains(const std::string& text, const std::string& part) {
 
 inline long long ms_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+/// The host's monotonic clock in nanoseconds: the same instant reads the same in every process on
+/// the host, so two ranks can compare when each did something.
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 /// The number a worker printed after `key` (e.g. "elapsed_ms="); -1 if it printed none.
