@@ -10,8 +10,9 @@
 // One benchmark iteration is a round: each pipeline runs a few steps in turn, in an order that
 // rotates by one every round, and its round time is the median of its steps. Counters, per
 // pipeline: the median round time (`<name>_ms`), the time the verifier predicts from the measured
-// costs (`<name>_pred_ms`) against the traced pipeline part of the step (`<name>_traced_ms`,
-// without the optimizer's step; `<name>_pred_err_pct`), the same from each traced step's own
+// costs (`<name>_pred_ms`) against the traced pipeline part of the step (`<name>_span_ms`, from
+// the last rank's start to the last rank's end, as the verifier replays a step, without the
+// optimizer's step; `<name>_pred_err_pct`), the same from each traced step's own
 // measured costs (`<name>_model_err_pct`: the cost model alone, without the machine's drift since
 // the costs were measured) and the peak of activations on any rank (`<name>_peak_MiB`). And the
 // searched tables' step time over the best built-in's, the median of the per-round ratios with a
@@ -153,25 +154,26 @@ double median(std::vector<double> v) {
 }
 
 /// A few more steps of `one`, traced (every rank calls report): the pipeline's part of the step,
-/// which the prediction is for (the optimizer's step is outside it), and the peak of activations.
+/// which the prediction is for (the span: every rank in its step; the optimizer's step is outside
+/// it), and the peak of activations.
 void record_traced_steps(benchmark::State& state, Contestant& one) {
-  std::vector<double> traced, peak_bytes, model_err;
+  std::vector<double> span, peak_bytes, model_err;
   for (int n = 0; n < traced_steps; ++n) {
     one.step();
     if (const auto report = one.report()) {
       const auto& peaks = report->figures.peak_activation_bytes;
-      traced.push_back(report->figures.step_us / 1e3);
+      span.push_back(report->figures.span_us / 1e3);
       model_err.push_back(report->predicted_latency.makespan *
                               trace::measured_cost_unit_us(report->figures) /
-                              report->figures.step_us -
+                              report->figures.span_us -
                           1);
       peak_bytes.push_back(
           peaks.empty() ? 0.0 : static_cast<double>(*std::max_element(peaks.begin(), peaks.end())));
     }
   }
-  if (traced.empty()) return;
-  state.counters[one.name + "_traced_ms"] = median(traced);
-  state.counters[one.name + "_pred_err_pct"] = (one.predicted_ms / median(traced) - 1) * 100;
+  if (span.empty()) return;
+  state.counters[one.name + "_span_ms"] = median(span);
+  state.counters[one.name + "_pred_err_pct"] = (one.predicted_ms / median(span) - 1) * 100;
   state.counters[one.name + "_peak_MiB"] = median(peak_bytes) / (1 << 20);
   state.counters[one.name + "_model_err_pct"] = median(model_err) * 100;
 }
@@ -231,7 +233,7 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
       const std::string& builtin = all[*all[i].same_as].name;
       rounds[i] = rounds[*all[i].same_as];
       state.counters[name + "_is_builtin"] = 1;
-      for (const char* figure : {"_traced_ms", "_pred_err_pct", "_peak_MiB", "_model_err_pct"})
+      for (const char* figure : {"_span_ms", "_pred_err_pct", "_peak_MiB", "_model_err_pct"})
         if (const auto found = state.counters.find(builtin + figure); found != state.counters.end())
           state.counters[name + figure] = found->second;
       label += "; " + name + " is " + builtin + "'s table";

@@ -141,3 +141,26 @@ TEST_CASE("step figures: each stage's own F and B costs reach the verifier's cos
   CHECK(c.of(Op::B, 1) == 100);
   CHECK(c.of(Op::I, 1) == c.input_grad);  // no I ran: the common cost
 }
+
+TEST_CASE("step figures: the span starts when the last rank starts, the slowest step does not") {
+  // Rank 1 ended its last step early and starts this one 600 us before rank 0, then waits for
+  // rank 0's forward: its step is 1000 us long, of which the pipeline (both ranks in their step)
+  // takes the last 400, as a replay with both ranks free at 0 would.
+  RankTrace r0 = rank_trace(0, 380,
+                            {event(EventKind::forward, Op::F, 0, 0, 100),
+                             event(EventKind::backward, Op::B, 0, 180, 380)});
+  RankTrace r1 = rank_trace(1, 1000,
+                            {event(EventKind::recv_wait, Op::RECV_F, 0, 0, 700, 0),
+                             event(EventKind::forward, Op::F, 0, 700, 800),
+                             event(EventKind::backward, Op::B, 0, 800, 1000)});
+  r0.start_us = 5600;
+  r1.start_us = 5000;
+  const std::vector<RankTrace> traces{r0, r1};
+  const auto f = mpp::trace::step_figures(traces);
+  CHECK(f.step_us == doctest::Approx(1000));
+  CHECK(f.span_us == doctest::Approx(400));  // 5600 to 6000
+  // Started together, the span is the slowest step.
+  r1.start_us = 5600;
+  const std::vector<RankTrace> together{r0, r1};
+  CHECK(mpp::trace::step_figures(together).span_us == doctest::Approx(1000));
+}

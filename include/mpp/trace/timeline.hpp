@@ -23,6 +23,12 @@ namespace mpp::trace {
 struct StepFigures {
   int ranks = 0;         ///< Ranks traced.
   double step_us = 0.0;  ///< the slowest rank's step
+  /// From the moment the last rank started its step to the moment the last one ended it: the step
+  /// as the cost model replays it, every rank free at its start. Between steps a rank that ended
+  /// the last step early starts the next early and waits for the others (1F1B's last stage waits
+  /// so for the first stage's last backward and optimizer step): its step_us counts that wait,
+  /// the span does not. Ranks' clocks must be comparable (one host: CLOCK_MONOTONIC).
+  double span_us = 0.0;
   /// share of rank time not spent computing: 1 - sum(compute) / sum(step)
   double bubble = 0.0;
   std::vector<double> rank_bubble;  ///< Each rank's bubble (RankTrace::bubble()), by rank.
