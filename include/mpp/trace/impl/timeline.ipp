@@ -46,12 +46,11 @@ MPP_DECL StepFigures step_figures(std::span<const RankTrace> traces) {
   int counts[4] = {0, 0, 0, 0};
   std::vector<std::array<double, 4>> stage_sums;
   std::vector<std::array<int, 4>> stage_counts;
-  double last_start = 0.0, last_end = 0.0;
+  double last_start = traces.empty() ? 0.0 : traces.front().start_us, last_end = last_start;
   for (const auto& t : traces) {
     f.step_us = std::max(f.step_us, t.step_us);
-    last_start = &t == traces.data() ? t.start_us : std::max(last_start, t.start_us);
-    last_end =
-        &t == traces.data() ? t.start_us + t.step_us : std::max(last_end, t.start_us + t.step_us);
+    last_start = std::max(last_start, t.start_us);
+    last_end = std::max(last_end, t.start_us + t.step_us);
     compute += t.compute_us();
     total += t.step_us;
     f.rank_bubble.push_back(t.bubble());
