@@ -3,22 +3,28 @@
 // side: 1F1B, ZB-H1 and ZB-V, and the three tables `mpp-schedule search` found from this machine's
 // measured costs (benchmarks/pipeline/costs/, written by `pipeline_bench --costs-out`): one chunk
 // per rank capped at P activations in flight (1F1B's and ZB-H1's peak), two chunks in a V capped
-// at 2P chunk activations (ZB-V's peak, the same bytes), and two chunks per rank wherever the
-// search put them, with the V's costs and cap. The headers are emitted at build time
-// (CMakeLists.txt), so each searched table is proven by its static_assert like a built-in.
+// at 2P chunk activations (ZB-V's peak, the same bytes), and the one the search chose with the
+// chunk count (one or two per rank, from the costs of each) and the map of stages to ranks free,
+// at the same memory. The headers are emitted at build time (CMakeLists.txt), so each searched
+// table is proven by its static_assert like a built-in.
 //
 // One benchmark iteration is a round: each pipeline runs a few steps in turn, in an order that
-// rotates by one every round, and its round time is the median of its steps. Counters, per
-// pipeline: the median round time (`<name>_ms`), the time the verifier predicts from the measured
-// costs (`<name>_pred_ms`) against the traced pipeline part of the step (`<name>_span_ms`, from
-// the last rank's start to the last rank's end, as the verifier replays a step, without the
-// optimizer's step; `<name>_pred_err_pct`), the same from each traced step's own
-// measured costs (`<name>_model_err_pct`: the cost model alone, without the machine's drift since
-// the costs were measured) and the peak of activations on any rank (`<name>_peak_MiB`). And the
-// searched tables' step time over the best built-in's, the median of the per-round ratios with a
-// distribution-free 95 % interval (`searched_<placement>_vs_best_pct`, `_lo`, `_hi`). A searched
-// table whose rows are a built-in's (the built-ins are candidates of the search) is not timed a
-// second time: it takes that built-in's figures and says so (`<name>_is_builtin`, the label).
+// rotates by one every round, and its round time is the median of its steps. Then each runs a few
+// traced steps (computes in core time where ranks share cores), whose span (`<name>_span_ms`:
+// from the last rank's start to the last rank's end, as the verifier replays a step, without the
+// optimizer's step) the predictions are compared with. Counters, per pipeline: the median round
+// time (`<name>_ms`); the verifier's prediction from the costs of this run (`<name>_pred_ms`,
+// `<name>_pred_err_pct` against the span), which the built-ins' traced steps give (one chunk per
+// rank: ZB-H1's F, I, W and messages with 1F1B's B; two chunks: ZB-V's), so that a searched
+// table is predicted from actions of other tables; the prediction from the committed costs the
+// search ran from (`<name>_searched_from_ms`, `_searched_from_err_pct`: the machine's drift since
+// they were measured included); the same from each traced step's own costs (`<name>_model_err_pct`,
+// the cost model alone); its chunks per rank (`<name>_chunks`) and the peak of activations on any
+// rank (`<name>_peak_MiB`). And the searched tables' step time over the best built-in's, the
+// median of the per-round ratios with a distribution-free 95 % interval
+// (`searched_<placement>_vs_best_pct`, `_lo`, `_hi`). A searched table whose rows are a built-in's
+// (the built-ins are candidates of the search) is not timed a second time: it takes that
+// built-in's figures and says so (`<name>_is_builtin`, the label).
 #include "search_matrix.hpp"
 
 #include <benchmark/benchmark.h>
@@ -120,8 +126,12 @@ struct Contestant {
   bool searched = false;
   std::function<void()> step;
   std::function<std::optional<StepReport>()> report;
-  double predicted_ms = 0.0;         ///< the verifier's makespan under the measured costs
+  /// The verifier's makespan under the committed costs, those the search was run from.
+  double searched_from_ms = 0.0;
   std::shared_ptr<const Plan> plan;  ///< the rows it runs
+  /// The medians of its traced steps' figures (rank 0, once traced): the costs of this run.
+  std::optional<trace::StepFigures> traced;
+  double span_ms = 0.0;  ///< the median span of its traced steps
   /// For a searched table whose rows are a built-in's: that built-in's index. It is not timed
   /// again: two copies of one table differ only by the bench's own noise.
   std::optional<std::size_t> same_as;
@@ -142,6 +152,8 @@ Contestant contestant(const std::string& name, bool searched, const Config& c,
           [s] { return report_last_step(s->pipe); },
           predicted.makespan * measured.unit_us / 1e3,
           std::move(plan),
+          std::nullopt,
+          0.0,
           std::nullopt};
 }
 
@@ -153,30 +165,110 @@ double median(std::vector<double> v) {
   return median_of_sorted(v);
 }
 
+/// The medians of each measured figure the costs are made of, over several steps.
+trace::StepFigures median_figures(const std::vector<trace::StepFigures>& steps) {
+  trace::StepFigures out = steps.front();
+  const auto of = [&](auto field) {
+    std::vector<double> v;
+    for (const auto& f : steps) v.push_back(field(f));
+    return median(v);
+  };
+  out.forward_us = of([](const trace::StepFigures& f) { return f.forward_us; });
+  out.backward_us = of([](const trace::StepFigures& f) { return f.backward_us; });
+  out.input_grad_us = of([](const trace::StepFigures& f) { return f.input_grad_us; });
+  out.weight_grad_us = of([](const trace::StepFigures& f) { return f.weight_grad_us; });
+  out.message_latency_us = of([](const trace::StepFigures& f) { return f.message_latency_us; });
+  for (std::size_t s = 0; s < out.stage_us.size(); ++s)
+    for (std::size_t k = 0; k < 4; ++k)
+      out.stage_us[s][k] = of([&](const trace::StepFigures& f) {
+        return s < f.stage_us.size() ? f.stage_us[s][k] : 0.0;
+      });
+  return out;
+}
+
+/// The figures of a split backward's steps with the whole backwards (B) of another table of the
+/// same stages (a stage's layers do not depend on where it lives), which a split backward's
+/// I + W overstates: the search then weighs what splitting really costs.
+trace::StepFigures with_whole_backwards(trace::StepFigures split, const trace::StepFigures& whole) {
+  split.backward_us = whole.backward_us;
+  for (std::size_t s = 0; s < split.stage_us.size() && s < whole.stage_us.size(); ++s)
+    split.stage_us[s][1] = whole.stage_us[s][1];
+  return split;
+}
+
+/// The cost model of measured figures on `cores` cores (0: a core per rank), with its unit.
+MeasuredCosts costs_of(const trace::StepFigures& f, int cores) {
+  Costs costs = trace::measured_costs_with_latency(f);
+  costs.cores = cores;
+  return {costs, trace::measured_cost_unit_us(f)};
+}
+
+/// `plan`'s predicted step in milliseconds under `measured`.
+double predicted_ms(const Plan& plan, const MeasuredCosts& measured) {
+  return verify(plan.table, plan.semantics(), measured.costs).makespan * measured.unit_us / 1e3;
+}
+
 /// A few more steps of `one`, traced (every rank calls report): the pipeline's part of the step,
 /// which the prediction is for (the span: every rank in its step; the optimizer's step is outside
-/// it), and the peak of activations.
-void record_traced_steps(benchmark::State& state, Contestant& one) {
+/// it), the peak of activations, and the medians of the figures its costs are made of. The model
+/// error predicts each step from its own costs on `cores` cores.
+void record_traced_steps(benchmark::State& state, Contestant& one, int cores) {
   std::vector<double> span, peak_bytes, model_err;
+  std::vector<trace::StepFigures> figures;
   for (int n = 0; n < traced_steps; ++n) {
     one.step();
     if (const auto report = one.report()) {
       const auto& peaks = report->figures.peak_activation_bytes;
       span.push_back(report->figures.span_us / 1e3);
-      model_err.push_back(report->predicted_latency.makespan *
-                              trace::measured_cost_unit_us(report->figures) /
-                              report->figures.span_us -
+      model_err.push_back(predicted_ms(*one.plan, costs_of(report->figures, cores)) / span.back() -
                           1);
       peak_bytes.push_back(
           peaks.empty() ? 0.0 : static_cast<double>(*std::max_element(peaks.begin(), peaks.end())));
+      figures.push_back(report->figures);
     }
   }
   if (span.empty()) return;
-  state.counters[one.name + "_span_ms"] = median(span);
-  state.counters[one.name + "_pred_err_pct"] = (one.predicted_ms / median(span) - 1) * 100;
+  one.traced = median_figures(figures);
+  one.span_ms = median(span);
+  state.counters[one.name + "_span_ms"] = one.span_ms;
   state.counters[one.name + "_peak_MiB"] = median(peak_bytes) / (1 << 20);
   state.counters[one.name + "_model_err_pct"] = median(model_err) * 100;
 }
+
+/// The cores the world's ranks run on, all on one host: the union of their affinity masks. Each
+/// rank's own mask is not it: mpprun binds each rank to a core of its own when they fit.
+int host_cores(const Transports& transports) {
+  at::Tensor used = at::zeros({CPU_SETSIZE}, at::kFloat);
+  for (const int cpu : launch::allowed_cpus()) used[cpu] = 1.0f;
+  transports.gloo().all_reduce(used);
+  return static_cast<int>(used.gt(0).sum().item<int64_t>());
+}
+
+/// Times computes in core time (MPP_TRACE_CORE_TIME) while it lives when the ranks outnumber the
+/// cores: the cost model on shared cores asks for core time, the wall time counts the other
+/// ranks' turns too.
+class CoreTimeWhileShared {
+ public:
+  CoreTimeWhileShared(int ranks, int cores) {
+    if (cores <= 0 || cores >= ranks) return;
+    if (const char* before = std::getenv("MPP_TRACE_CORE_TIME")) before_ = before;
+    ::setenv("MPP_TRACE_CORE_TIME", "1", /*overwrite=*/1);
+    set_ = true;
+  }
+  ~CoreTimeWhileShared() {
+    if (!set_) return;
+    if (before_)
+      ::setenv("MPP_TRACE_CORE_TIME", before_->c_str(), 1);
+    else
+      ::unsetenv("MPP_TRACE_CORE_TIME");
+  }
+  CoreTimeWhileShared(const CoreTimeWhileShared&) = delete;
+  CoreTimeWhileShared& operator=(const CoreTimeWhileShared&) = delete;
+
+ private:
+  bool set_ = false;
+  std::optional<std::string> before_;
+};
 
 template <int P, int Model>
 void searched_against_builtins(benchmark::State& state, const Transports* transports) {
@@ -222,6 +314,22 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
       std::count_if(all.begin(), all.end(), [](const Contestant& each) { return !each.same_as; });
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(timed) * steps * c.batch);
 
+  // Traced steps of each timed pipeline, computes in core time where the ranks share cores.
+  const int cores = host_cores(*transports);
+  const int model_cores = cores > 0 && cores < P ? cores : 0;
+  {
+    const CoreTimeWhileShared core_time(P, cores);
+    for (auto& each : all)
+      if (!each.same_as) record_traced_steps(state, each, model_cores);
+  }
+  // The costs of this run, from the built-ins' traced steps: of one chunk per rank ZB-H1's (F, I,
+  // W, messages) with 1F1B's whole backwards, of two chunks in a V ZB-V's. Every table of that
+  // chunk count is predicted from them: the searched ones from actions of other tables.
+  std::optional<MeasuredCosts> this_run[2];
+  if (all[0].traced && all[1].traced)
+    this_run[0] = costs_of(with_whole_backwards(*all[1].traced, *all[0].traced), model_cores);
+  if (all[2].traced) this_run[1] = costs_of(*all[2].traced, model_cores);
+
   // The best built-in by its median; each searched table over it, round by round.
   std::size_t best = 0;
   for (std::size_t i = 0; i < all.size(); ++i)
@@ -230,18 +338,28 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
   for (std::size_t i = 0; i < all.size(); ++i) {
     const std::string& name = all[i].name;
     if (all[i].same_as) {  // the built-in's rounds and figures, which come before it in `all`
-      const std::string& builtin = all[*all[i].same_as].name;
+      const Contestant& builtin = all[*all[i].same_as];
       rounds[i] = rounds[*all[i].same_as];
+      all[i].span_ms = builtin.span_ms;
       state.counters[name + "_is_builtin"] = 1;
-      for (const char* figure : {"_span_ms", "_pred_err_pct", "_peak_MiB", "_model_err_pct"})
-        if (const auto found = state.counters.find(builtin + figure); found != state.counters.end())
+      for (const char* figure : {"_span_ms", "_peak_MiB", "_model_err_pct"})
+        if (const auto found = state.counters.find(builtin.name + figure);
+            found != state.counters.end())
           state.counters[name + figure] = found->second;
-      label += "; " + name + " is " + builtin + "'s table";
-    } else {
-      record_traced_steps(state, all[i]);
+      label += "; " + name + " is " + builtin.name + "'s table";
     }
     state.counters[name + "_ms"] = median(rounds[i]);
-    state.counters[name + "_pred_ms"] = all[i].predicted_ms;
+    const double span = all[i].span_ms;
+    state.counters[name + "_searched_from_ms"] = all[i].searched_from_ms;
+    if (span > 0)
+      state.counters[name + "_searched_from_err_pct"] = (all[i].searched_from_ms / span - 1) * 100;
+    const int v = all[i].plan->table.chunks_per_rank;
+    if (v >= 1 && v <= 2 && this_run[v - 1]) {
+      const double predicted = predicted_ms(*all[i].plan, *this_run[v - 1]);
+      state.counters[name + "_pred_ms"] = predicted;
+      if (span > 0) state.counters[name + "_pred_err_pct"] = (predicted / span - 1) * 100;
+    }
+    state.counters[name + "_chunks"] = v;
     if (!all[i].searched) continue;
     std::vector<double> ratios;
     for (std::size_t r = 0; r < rounds[i].size(); ++r)
@@ -268,87 +386,73 @@ void register_one(const Transports& transports) {
       ->UseRealTime();
 }
 
-/// The cores the world's ranks run on, all on one host: the union of their affinity masks. Each
-/// rank's own mask is not it: mpprun binds each rank to a core of its own when they fit.
-int host_cores(const Transports& transports) {
-  at::Tensor used = at::zeros({CPU_SETSIZE}, at::kFloat);
-  for (const int cpu : launch::allowed_cpus()) used[cpu] = 1.0f;
-  transports.gloo().all_reduce(used);
-  return static_cast<int>(used.gt(0).sum().item<int64_t>());
-}
+/// A pipeline whose costs are measured: its steps, its reports, and the figures of its steps.
+struct Measured {
+  std::string name;
+  std::function<void()> step;
+  std::function<std::optional<StepReport>()> report;
+  std::vector<trace::StepFigures> figures;  ///< of each measured step (rank 0)
+};
 
-/// The medians of each measured figure the costs are made of, over several steps.
-trace::StepFigures median_figures(const std::vector<trace::StepFigures>& steps) {
-  trace::StepFigures out = steps.front();
-  const auto of = [&](auto field) {
-    std::vector<double> v;
-    for (const auto& f : steps) v.push_back(field(f));
-    return median(v);
-  };
-  out.forward_us = of([](const trace::StepFigures& f) { return f.forward_us; });
-  out.backward_us = of([](const trace::StepFigures& f) { return f.backward_us; });
-  out.input_grad_us = of([](const trace::StepFigures& f) { return f.input_grad_us; });
-  out.weight_grad_us = of([](const trace::StepFigures& f) { return f.weight_grad_us; });
-  out.message_latency_us = of([](const trace::StepFigures& f) { return f.message_latency_us; });
-  for (std::size_t s = 0; s < out.stage_us.size(); ++s)
-    for (std::size_t k = 0; k < 4; ++k)
-      out.stage_us[s][k] = of([&](const trace::StepFigures& f) {
-        return s < f.stage_us.size() ? f.stage_us[s][k] : 0.0;
-      });
-  return out;
-}
-
-/// Steps whose medians the measured costs are.
-constexpr int measured_steps = 20;
-
-/// The medians of `Sched`'s measured figures over measured_steps steps (on rank 0; empty on the
-/// others).
 template <class Sched, int P>
-std::optional<trace::StepFigures> measured_figures(const Transports& transports, const Config& c) {
+Measured measured(const Config& c, const Group<Shm>& group) {
   using Pipe = Pipeline<Uniform<P>, Sched, Async<Shm>>;
-  LibraryStep<Pipe> step(c, transports.group<Shm>());
-  for (int i = 0; i < warmup_steps; ++i) step();
-  std::vector<trace::StepFigures> figures;
-  for (int i = 0; i < measured_steps; ++i) {
-    step();
-    if (const auto report = report_last_step(step.pipe)) figures.push_back(report->figures);
-  }
-  if (figures.empty()) return std::nullopt;
-  return median_figures(figures);
+  auto s = std::make_shared<LibraryStep<Pipe>>(c, group);
+  return {schedule_display_name<Sched>(),
+          [s] { (*s)(); },
+          [s] { return report_last_step(s->pipe); },
+          {}};
 }
 
-/// The costs of `Split` (F, I, W and the messages; a split backward) with the whole backwards of
-/// `Whole` (the same stages: a stage's layers do not depend on where it lives), which a split
-/// backward's I + W overstates: the search then weighs what splitting really costs.
-template <class Whole, class Split, int P>
-void measure_costs(const Transports& transports, const Config& c, const std::string& dir,
-                   int cores) {
-  static_assert(Whole::chunks_per_rank == Split::chunks_per_rank);
-  const auto whole = measured_figures<Whole, P>(transports, c);
-  auto f = measured_figures<Split, P>(transports, c);
-  if (!whole || !f) return;  // not rank 0
-  f->backward_us = whole->backward_us;
-  for (std::size_t s = 0; s < f->stage_us.size() && s < whole->stage_us.size(); ++s)
-    f->stage_us[s][1] = whole->stage_us[s][1];
-  const std::string path = dir + "/" + c.name + "_p" + std::to_string(P) +
-                           (Split::chunks_per_rank == 2 ? "_v" : "_looped") + ".json";
+/// Rounds of the cost measurement: one step of each pipeline per round, as many as give the
+/// medians a few seconds of steps on a fast model.
+int measured_rounds(const Config& c) { return c.iterations >= 10 ? 60 : 20; }
+
+/// Writes the costs of `split` (F, I, W and the messages) with the whole backwards of `whole`
+/// (with_whole_backwards) as "<model>_p<P>_<looped|v>.json" in `dir`.
+void write_costs(const Measured& whole, const Measured& split, const Config& c, int ranks,
+                 int chunks, const std::string& dir, int cores) {
+  if (whole.figures.empty() || split.figures.empty()) return;  // not rank 0
+  const trace::StepFigures f =
+      with_whole_backwards(median_figures(split.figures), median_figures(whole.figures));
+  const std::string path = dir + "/" + c.name + "_p" + std::to_string(ranks) +
+                           (chunks == 2 ? "_v" : "_looped") + ".json";
   std::ofstream out(path);
   if (!out)
     throw std::runtime_error("pipeline_bench --costs-out: cannot write " + path +
                              "; give a directory that exists");
-  out << measured_costs_json(*f, cores);
+  out << measured_costs_json(f, cores);
   std::printf(
-      "measured costs of %s (whole backwards of %s) on %s, %d ranks on %d cores%s, "
+      "measured costs of %s (whole backwards of %s) on %s, %d ranks on %d cores%s, %zu steps, "
       "written to %s\n",
-      schedule_display_name<Split>().c_str(), schedule_display_name<Whole>().c_str(), c.name, P,
-      cores, trace::Recorder::core_time_from_env() ? " (computes in core time)" : "", path.c_str());
+      split.name.c_str(), whole.name.c_str(), c.name, ranks, cores,
+      trace::Recorder::core_time_from_env() ? " (computes in core time)" : "", split.figures.size(),
+      path.c_str());
 }
 
+/// Each model's costs: 1F1B, ZB-H1, interleaved 1F1B and ZB-V in rounds, one step of each per
+/// round in an order that rotates, as the search matrix times its pipelines (a machine that
+/// drifts moves them all alike), and the medians of their figures.
 template <int P>
 void measure_all(const Transports& transports, const std::string& dir, int cores) {
   for (const Config* c : models) {
-    measure_costs<OneFOneB<M>, ZeroBubbleH1<M>, P>(transports, *c, dir, cores);
-    measure_costs<Interleaved1F1B<M, 2>, ZeroBubbleV<M>, P>(transports, *c, dir, cores);
+    const Group<Shm>& group = transports.group<Shm>();
+    std::vector<Measured> all;
+    all.push_back(measured<OneFOneB<M>, P>(*c, group));
+    all.push_back(measured<ZeroBubbleH1<M>, P>(*c, group));
+    all.push_back(measured<Interleaved1F1B<M, 2>, P>(*c, group));
+    all.push_back(measured<ZeroBubbleV<M>, P>(*c, group));
+    for (auto& each : all)
+      for (int i = 0; i < warmup_steps; ++i) each.step();
+    const int rounds = measured_rounds(*c);
+    for (int round = 0; round < rounds; ++round)
+      for (std::size_t k = 0; k < all.size(); ++k) {
+        Measured& each = all[(k + static_cast<std::size_t>(round)) % all.size()];
+        each.step();
+        if (const auto report = each.report()) each.figures.push_back(report->figures);
+      }
+    write_costs(all[0], all[1], *c, P, 1, dir, cores);
+    write_costs(all[2], all[3], *c, P, 2, dir, cores);
   }
 }
 

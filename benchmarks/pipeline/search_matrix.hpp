@@ -12,10 +12,11 @@ namespace mpp::bench {
 bool register_search_matrix(const Transports& transports);
 
 /// Measures each model's per-stage costs on the world's ranks over Shm (ZB-H1 for one chunk per
-/// rank, ZB-V for two in a V, with the whole backwards of 1F1B and interleaved 1F1B; medians over
-/// 20 steps) and writes them as costs JSON into `dir`, with the cores the ranks ran on,
-/// one file per model, rank count and placement: what the searched schedules are found from.
-/// On fewer cores than ranks the computes are timed in core time (MPP_TRACE_CORE_TIME).
+/// rank, ZB-V for two in a V, with the whole backwards of 1F1B and interleaved 1F1B; the four in
+/// rotating rounds, as the search matrix times its pipelines, and the medians of their steps) and
+/// writes them as costs JSON into `dir`, with the cores the ranks ran on, one file per model, rank
+/// count and chunk count: what the searched schedules are found from. On fewer cores than ranks
+/// the computes are timed in core time (MPP_TRACE_CORE_TIME).
 void write_measured_costs(const Transports& transports, const std::string& dir);
 
 }  // namespace mpp::bench

@@ -28,7 +28,7 @@ def main() -> int:
                 continue
             key = f"{m.group(1)}_p{m.group(2)}"
             for name, value in bench.items():
-                if isinstance(value, float) and (name.endswith(("_ms", "_pct", "_lo", "_hi", "_MiB", "_is_builtin"))):
+                if isinstance(value, float) and (name.endswith(("_ms", "_pct", "_lo", "_hi", "_MiB", "_is_builtin", "_chunks"))):
                     values[f"{key}.{name}"] = round(value, 3)
             labels[key] = bench.get("label", "")
             values[f"{key}.load_avg_end"] = round(run["context"]["load_avg"][0], 2)

@@ -10,6 +10,7 @@
 #include "mpp/schedule/action_format.hpp"
 #include "mpp/schedule/builtin.hpp"
 #include "mpp/schedule/builtin_schedule.hpp"
+#include "mpp/schedule/chunk_count_search.hpp"
 #include "mpp/schedule/comm_semantics.hpp"
 #include "mpp/schedule/compiled_rows.hpp"
 #include "mpp/schedule/concepts.hpp"

@@ -14,10 +14,13 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "../common/cli_checks.hpp"
 #include "mpp/schedule.hpp"
+#include "mpp/schedule/chunk_count_search.hpp"
 #include "mpp/schedule/search.hpp"
 #include "mpp/trace/costs_json.hpp"
 #include "mpp/trace/plot.hpp"  // render_timeline: the measured timelines' renderer
@@ -67,10 +70,12 @@ int main(int argc, char** argv) {
                  "or free (the search chooses which rank holds which stage, -v of them each)")
       ->capture_default_str()
       ->check(CLI::IsMember({"looped", "v", "free"}));
-  std::string costs_path;
-  app.add_option("--costs", costs_path,
+  std::vector<std::string> costs_paths;
+  app.add_option("--costs", costs_paths,
                  "read T_F, T_B, T_I, T_W per stage and T_comm from this JSON (as the pipeline "
-                 "labs' --costs-out writes it) instead of the cost flags");
+                 "labs' --costs-out writes it) instead of the cost flags; search: once per chunk "
+                 "count (its stages tell which) to let the search choose the chunk count too, "
+                 "at the same memory");
   app.add_flag("--full-backward", full_backward,
                "search: full backwards (B) only, no split into I and W");
   app.add_flag("--list", list,
@@ -142,15 +147,38 @@ int main(int argc, char** argv) {
   }
 
   try {
-    double unit_us = 0.0;  // one cost unit in microseconds, when the costs file says
-    if (!costs_path.empty()) {
-      const std::string text = read_file(costs_path);
-      costs = mpp::costs_from_json(text);
-      unit_us = mpp::costs_unit_us(text);
+    if (costs_paths.size() > 1 && schedule_name != "search")
+      throw std::invalid_argument(
+          "mpp-schedule: --costs is given " + std::to_string(costs_paths.size()) +
+          " times; give it once, or more than once (a file per chunk count) only to search");
+    // Each file's costs with its unit and, when there are several, its chunk count.
+    std::vector<mpp::ChunkCountCosts> options;
+    for (const std::string& path : costs_paths) {
+      const std::string text = read_file(path);
+      mpp::ChunkCountCosts option{.costs = mpp::costs_from_json(text),
+                                  .unit_us = mpp::costs_unit_us(text)};
       if (mpp::costs_split_assumed(text))
-        std::cerr << "mpp-schedule: " << costs_path
+        std::cerr << "mpp-schedule: " << path
                   << " gives no I and W (measured without a split backward); each is taken as "
                      "half of B\n";
+      if (costs_paths.size() > 1) {
+        const int stages = mpp::costs_stage_count(text);
+        if (stages == 0 || stages % ranks != 0)
+          throw std::invalid_argument(
+              "mpp-schedule: " + path + " gives the costs of " + std::to_string(stages) +
+              " stages; with --costs given once per chunk count each file needs the costs of " +
+              "every stage, V * " + std::to_string(ranks) + " for V chunks on each of the " +
+              std::to_string(ranks) + " ranks (as --costs-out writes them)");
+        option.chunks_per_rank = stages / ranks;
+      }
+      if (app.count("--cores") > 0) option.costs.cores = cores;
+      options.push_back(option);
+    }
+    std::string costs_path = costs_paths.empty() ? std::string() : costs_paths.front();
+    double unit_us = 0.0;  // one cost unit in microseconds, when the costs file says
+    if (!options.empty()) {
+      costs = options.front().costs;
+      unit_us = options.front().unit_us;
     }
     if (app.count("--cores") > 0) costs.cores = cores;
     const mpp::CommSemantics semantics =
@@ -173,17 +201,40 @@ int main(int argc, char** argv) {
                            .costs = costs,
                            .semantics = semantics};
       auto found = std::make_unique<mpp::SearchResult>();
-      mpp::search_into(*found, spec);
-      if (!found->ok()) {
-        std::cerr << found->error.view() << '\n';
-        return 1;
+      int cap = max_in_flight;
+      if (options.size() > 1) {
+        // The chunk count is searched too: each file's costs for its own, at the same memory.
+        auto over = std::make_unique<mpp::ChunkCountResult>();
+        mpp::search_chunk_counts_into(*over, spec, options);
+        if (!over->ok()) {
+          std::cerr << over->error.view() << '\n';
+          return 1;
+        }
+        *found = over->best;
+        costs = options[static_cast<std::size_t>(over->option)].costs;
+        unit_us = options[static_cast<std::size_t>(over->option)].unit_us;
+        costs_path = costs_paths[static_cast<std::size_t>(over->option)];
+        cap = over->max_in_flight;
+        std::cout << "chunk count: " << over->chunks_per_rank << " per rank, from " << costs_path
+                  << " (" << options.size() << " chunk counts searched, ";
+        if (max_in_flight > 0)
+          std::cout << "each at the memory of " << max_in_flight
+                    << " chunk activations at V = " << v << ")\n";
+        else
+          std::cout << "no cap)\n";
+      } else {
+        mpp::search_into(*found, spec);
       }
       *compute = found->table;
+      // The placement as asked, or the map found (free), or the chunk count chosen.
+      const int found_v = found->table.chunks_per_rank;
       const std::string where =
-          placement == "free" ? "free: " + std::string(mpp::describe(found->table.placement).view())
-                              : placement;
+          placement == "free" && found_v > 1
+              ? "free: " + std::string(mpp::describe(found->table.placement).view())
+          : found_v != v ? (found_v == 1 ? std::string("looped") : "V = " + std::to_string(found_v))
+                         : placement;
       label = "Searched<" + std::to_string(micro_batches) + "> (" + where + ", cap " +
-              (max_in_flight > 0 ? std::to_string(max_in_flight) : std::string("none")) + ") on " +
+              (cap > 0 ? std::to_string(cap) : std::string("none")) + ") on " +
               std::to_string(ranks) + " ranks";
       char text[200];
       std::snprintf(text, sizeof text,

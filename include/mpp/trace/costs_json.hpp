@@ -46,6 +46,10 @@ MPP_DECL double costs_unit_us(const std::string& text);
 /// took each as half of B, an assumption a caller should state.
 MPP_DECL bool costs_split_assumed(const std::string& text);
 
+/// The stages the JSON text gives costs of (the length of "stages"), or 0 when it gives only the
+/// common costs: measured costs give every stage, so P * V for V chunks on each of P ranks.
+MPP_DECL int costs_stage_count(const std::string& text);
+
 }  // namespace mpp
 
 #ifndef MPP_SEPARATE_COMPILATION

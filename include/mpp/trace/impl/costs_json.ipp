@@ -119,4 +119,10 @@ MPP_DECL bool costs_split_assumed(const std::string& text) {
   return zero("input_grad") && zero("weight_grad");
 }
 
+MPP_DECL int costs_stage_count(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("stages") || !j.at("stages").is_array()) return 0;
+  return static_cast<int>(j.at("stages").size());
+}
+
 }  // namespace mpp
