@@ -10,10 +10,11 @@
 //
 // One benchmark iteration is a round: each pipeline runs a few steps in turn, in an order that
 // rotates by one every round, and its round time is the median of its steps. Then each runs a few
-// traced steps (computes in core time where ranks share cores), whose span (`<name>_span_ms`:
-// from the last rank's start to the last rank's end, as the verifier replays a step, without the
-// optimizer's step) the predictions are compared with. Counters, per pipeline: the median round
-// time (`<name>_ms`); the verifier's prediction from the costs of this run (`<name>_pred_ms`,
+// traced steps, in rotating rounds too (computes in core time where ranks share cores), whose span
+// (`<name>_span_ms`: from the last rank's start to the last rank's end, as the verifier replays a
+// step, without the optimizer's step) the predictions are compared with. Counters, per pipeline:
+// the median round time (`<name>_ms`); the verifier's prediction from the costs of this run
+// (`<name>_pred_ms`,
 // `<name>_pred_err_pct` against the span), which the built-ins' traced steps give (one chunk per
 // rank: ZB-H1's F, I, W and messages with 1F1B's B; two chunks: ZB-V's), so that a searched
 // table is predicted from actions of other tables; the prediction from the committed costs the
@@ -157,8 +158,9 @@ Contestant contestant(const std::string& name, bool searched, const Config& c,
           std::nullopt};
 }
 
-/// Traced steps after the rounds, per pipeline.
-constexpr int traced_steps = 5;
+/// Traced steps after the rounds, per pipeline, one of each per round: their medians are the
+/// span and the costs of the run (five, each pipeline's in a row, moved them by a fifth).
+constexpr int traced_steps = 11;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -208,31 +210,37 @@ double predicted_ms(const Plan& plan, const MeasuredCosts& measured) {
   return verify(plan.table, plan.semantics(), measured.costs).makespan * measured.unit_us / 1e3;
 }
 
-/// A few more steps of `one`, traced (every rank calls report): the pipeline's part of the step,
-/// which the prediction is for (the span: every rank in its step; the optimizer's step is outside
-/// it), the peak of activations, and the medians of the figures its costs are made of. The model
-/// error predicts each step from its own costs on `cores` cores.
-void record_traced_steps(benchmark::State& state, Contestant& one, int cores) {
+/// What the traced steps of one pipeline measured (rank 0).
+struct TracedSteps {
   std::vector<double> span, peak_bytes, model_err;
   std::vector<trace::StepFigures> figures;
-  for (int n = 0; n < traced_steps; ++n) {
-    one.step();
-    if (const auto report = one.report()) {
-      const auto& peaks = report->figures.peak_activation_bytes;
-      span.push_back(report->figures.span_us / 1e3);
-      model_err.push_back(predicted_ms(*one.plan, costs_of(report->figures, cores)) / span.back() -
-                          1);
-      peak_bytes.push_back(
-          peaks.empty() ? 0.0 : static_cast<double>(*std::max_element(peaks.begin(), peaks.end())));
-      figures.push_back(report->figures);
-    }
-  }
-  if (span.empty()) return;
-  one.traced = median_figures(figures);
-  one.span_ms = median(span);
+};
+
+/// One more step of `one`, traced (every rank calls report), into `into`: the pipeline's part of
+/// the step, which the prediction is for (the span: every rank in its step; the optimizer's step
+/// is outside it), the peak of activations, and the figures its costs are made of. The model
+/// error predicts the step from its own costs on `cores` cores.
+void trace_step(Contestant& one, TracedSteps& into, int cores) {
+  one.step();
+  const auto report = one.report();
+  if (!report) return;
+  const auto& peaks = report->figures.peak_activation_bytes;
+  into.span.push_back(report->figures.span_us / 1e3);
+  into.model_err.push_back(
+      predicted_ms(*one.plan, costs_of(report->figures, cores)) / into.span.back() - 1);
+  into.peak_bytes.push_back(
+      peaks.empty() ? 0.0 : static_cast<double>(*std::max_element(peaks.begin(), peaks.end())));
+  into.figures.push_back(report->figures);
+}
+
+/// The medians of `one`'s traced steps, as counters and as the costs of the run.
+void record_traced_steps(benchmark::State& state, Contestant& one, const TracedSteps& traced) {
+  if (traced.span.empty()) return;
+  one.traced = median_figures(traced.figures);
+  one.span_ms = median(traced.span);
   state.counters[one.name + "_span_ms"] = one.span_ms;
-  state.counters[one.name + "_peak_MiB"] = median(peak_bytes) / (1 << 20);
-  state.counters[one.name + "_model_err_pct"] = median(model_err) * 100;
+  state.counters[one.name + "_peak_MiB"] = median(traced.peak_bytes) / (1 << 20);
+  state.counters[one.name + "_model_err_pct"] = median(traced.model_err) * 100;
 }
 
 /// The cores the world's ranks run on, all on one host: the union of their affinity masks. Each
@@ -314,14 +322,21 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
       std::count_if(all.begin(), all.end(), [](const Contestant& each) { return !each.same_as; });
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(timed) * steps * c.batch);
 
-  // Traced steps of each timed pipeline, computes in core time where the ranks share cores.
+  // Traced steps of each timed pipeline, in rounds that rotate as the timed ones (a machine that
+  // drifts moves them all alike), computes in core time where the ranks share cores.
   const int cores = host_cores(*transports);
   const int model_cores = cores > 0 && cores < P ? cores : 0;
+  std::vector<TracedSteps> traced(all.size());
   {
     const CoreTimeWhileShared core_time(P, cores);
-    for (auto& each : all)
-      if (!each.same_as) record_traced_steps(state, each, model_cores);
+    for (int n = 0; n < traced_steps; ++n)
+      for (std::size_t k = 0; k < all.size(); ++k) {
+        const std::size_t i = (k + static_cast<std::size_t>(n)) % all.size();
+        if (!all[i].same_as) trace_step(all[i], traced[i], model_cores);
+      }
   }
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (!all[i].same_as) record_traced_steps(state, all[i], traced[i]);
   // The costs of this run, from the built-ins' traced steps: of one chunk per rank ZB-H1's (F, I,
   // W, messages) with 1F1B's whole backwards, of two chunks in a V ZB-V's. Every table of that
   // chunk count is predicted from them: the searched ones from actions of other tables.
