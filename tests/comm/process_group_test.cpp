@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -420,7 +421,9 @@ TEST_CASE("comm: the transport's threads run SCHED_BATCH unless MPP_TRANSPORT_TH
 // while rank 0 computes. Each rank runs on one CPU with its transport's threads. The time from a
 // send to its delivery is Gloo's loopback latency only if the send lets rank 0's batch event loop
 // read the note; otherwise the message waits in Gloo until rank 0's core is taken from it at a
-// scheduler tick (milliseconds).
+// scheduler tick (milliseconds), in every round. Three rounds of 40 messages, and the best
+// round's median is bounded: a round that the machine slowed on its own (a median of 1.5 ms right
+// after a build, once) does not fail the test, a transport that holds the message fails each.
 MPP_TEST_WORKER("comm_send_while_computing") {
   torch::set_num_threads(1);
   cpu_set_t one;
@@ -434,31 +437,53 @@ MPP_TEST_WORKER("comm_send_while_computing") {
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
   };
-  constexpr int messages = 40;
-  world.barrier();
-  if (rank == 0) {
-    mpp::PendingRequests pending;
-    for (int i = 0; i < messages; ++i) {
-      const double until = now_us() + 400.0;
-      while (now_us() < until) {
+  // Rank 1's core never idles: a SCHED_IDLE thread spins on it, which every other thread there
+  // preempts at once. A virtual CPU left idle can take milliseconds to wake for a message (seen
+  // on one machine kind, in 9 of 10 runs with nothing else running), which is not the sender's
+  // doing.
+  std::atomic<bool> done{false};
+  std::thread keep_awake;
+  if (rank == 1)
+    keep_awake = std::thread([&done] {
+      const sched_param param{};
+      (void)::sched_setscheduler(0, SCHED_IDLE, &param);
+      while (!done.load(std::memory_order_relaxed)) {
       }
-      pending.add(world.isend(at::full({1}, now_us(), at::kDouble), 1, i));
+    });
+  constexpr int messages = 40, rounds = 3;
+  double best = 0.0;  // the best round's median (rank 1)
+  for (int round = 0; round < rounds; ++round) {
+    world.barrier();
+    if (rank == 0) {
+      mpp::PendingRequests pending;
+      for (int i = 0; i < messages; ++i) {
+        const double until = now_us() + 400.0;
+        while (now_us() < until) {
+        }
+        pending.add(world.isend(at::full({1}, now_us(), at::kDouble), 1, round * messages + i));
+      }
+      pending.wait_all();
+    } else {
+      std::vector<double> delays;
+      for (int i = 0; i < messages; ++i) {
+        at::Tensor t = at::empty({1}, at::kDouble);
+        world.irecv(t, 0, round * messages + i).wait();
+        delays.push_back(now_us() - t.item<double>());
+      }
+      std::sort(delays.begin(), delays.end());
+      const double median = delays[delays.size() / 2];
+      std::printf("rank 1: round %d: median delivery %.0f us, slowest %.0f us\n", round, median,
+                  delays.back());
+      best = round == 0 || median < best ? median : best;
     }
-    pending.wait_all();
-  } else {
-    std::vector<double> delays;
-    for (int i = 0; i < messages; ++i) {
-      at::Tensor t = at::empty({1}, at::kDouble);
-      world.irecv(t, 0, i).wait();
-      delays.push_back(now_us() - t.item<double>());
-    }
-    std::sort(delays.begin(), delays.end());
-    const double median = delays[delays.size() / 2];
-    std::printf("rank 1: median delivery %.0f us, slowest %.0f us\n", median, delays.back());
-    expect(median < 1000.0, "the median message took " + std::to_string(std::lround(median)) +
-                                " us from send to delivery; a send must let the sender's "
-                                "transport threads read the receiver's note (1 ms at most)");
   }
+  if (rank == 1)
+    expect(best < 1000.0, "the median message took at least " + std::to_string(std::lround(best)) +
+                              " us from send to delivery in each of " + std::to_string(rounds) +
+                              " rounds; a send must let the sender's transport threads read the "
+                              "receiver's note (1 ms at most)");
+  done = true;
+  if (keep_awake.joinable()) keep_awake.join();
   world.barrier();
   return 0;
 }
