@@ -14,15 +14,14 @@
 // (`<name>_span_ms`: from the last rank's start to the last rank's end, as the verifier replays a
 // step, without the optimizer's step) the predictions are compared with. Counters, per pipeline:
 // the median round time (`<name>_ms`); the verifier's prediction from the costs of this run
-// (`<name>_pred_ms`,
-// `<name>_pred_err_pct` against the span), which the built-ins' traced steps give (one chunk per
-// rank: ZB-H1's F, I, W and messages with 1F1B's B; two chunks: ZB-V's), so that a searched
-// table is predicted from actions of other tables; the prediction from the committed costs the
-// search ran from (`<name>_searched_from_ms`, `_searched_from_err_pct`: the machine's drift since
-// they were measured included); the same from each traced step's own costs (`<name>_model_err_pct`,
-// the cost model alone); its chunks per rank (`<name>_chunks`) and the peak of activations on any
-// rank (`<name>_peak_MiB`). And the searched tables' step time over the best built-in's, the
-// median of the per-round ratios with a distribution-free 95 % interval
+// (`<name>_pred_ms`, `<name>_pred_err_pct` against the span), which the built-ins' traced steps
+// give (one chunk per rank: ZB-H1's F, I, W and messages with 1F1B's B; two chunks: ZB-V's), so
+// that a searched table is predicted from actions of other tables; the prediction from the
+// committed costs the search ran from (`<name>_searched_from_ms`, `_searched_from_err_pct`: the
+// machine's drift since they were measured included); the same from each traced step's own costs
+// (`<name>_model_err_pct`, the cost model alone); its chunks per rank (`<name>_chunks`) and the
+// peak of activations on any rank (`<name>_peak_MiB`). And the searched tables' step time over the
+// best built-in's, the median of the per-round ratios with a distribution-free 95 % interval
 // (`searched_<placement>_vs_best_pct`, `_lo`, `_hi`). A searched table whose rows are a built-in's
 // (the built-ins are candidates of the search) is not timed a second time: it takes that
 // built-in's figures and says so (`<name>_is_builtin`, the label).
@@ -252,30 +251,24 @@ int host_cores(const Transports& transports) {
   return static_cast<int>(used.gt(0).sum().item<int64_t>());
 }
 
-/// Times computes in core time (MPP_TRACE_CORE_TIME) while it lives when the ranks outnumber the
-/// cores: the cost model on shared cores asks for core time, the wall time counts the other
-/// ranks' turns too.
+/// Times computes in core time (MPP_TRACE_CORE_TIME=1) while it lives when the ranks outnumber
+/// the cores: the cost model on shared cores asks for core time, the wall time counts the other
+/// ranks' turns too. A value the user set is kept (0: wall time anyway).
 class CoreTimeWhileShared {
  public:
   CoreTimeWhileShared(int ranks, int cores) {
-    if (cores <= 0 || cores >= ranks) return;
-    if (const char* before = std::getenv("MPP_TRACE_CORE_TIME")) before_ = before;
+    if (cores <= 0 || cores >= ranks || std::getenv("MPP_TRACE_CORE_TIME") != nullptr) return;
     ::setenv("MPP_TRACE_CORE_TIME", "1", /*overwrite=*/1);
     set_ = true;
   }
   ~CoreTimeWhileShared() {
-    if (!set_) return;
-    if (before_)
-      ::setenv("MPP_TRACE_CORE_TIME", before_->c_str(), 1);
-    else
-      ::unsetenv("MPP_TRACE_CORE_TIME");
+    if (set_) ::unsetenv("MPP_TRACE_CORE_TIME");
   }
   CoreTimeWhileShared(const CoreTimeWhileShared&) = delete;
   CoreTimeWhileShared& operator=(const CoreTimeWhileShared&) = delete;
 
  private:
   bool set_ = false;
-  std::optional<std::string> before_;
 };
 
 template <int P, int Model>
@@ -490,11 +483,9 @@ bool register_search_matrix(const Transports& transports) {
 
 void write_measured_costs(const Transports& transports, const std::string& dir) {
   // More ranks than cores: a compute's wall time counts the other ranks' turns on its core, which
-  // the cost model charges itself (Costs::cores), so computes are timed in core time (the
-  // recorder's MPP_TRACE_CORE_TIME; set to 0 to measure wall time anyway).
+  // the cost model charges itself (Costs::cores), so computes are timed in core time.
   const int cores = host_cores(transports);
-  if (cores > 0 && cores < transports.gloo().size())
-    ::setenv("MPP_TRACE_CORE_TIME", "1", /*overwrite=*/0);
+  const CoreTimeWhileShared core_time(transports.gloo().size(), cores);
   switch (transports.gloo().size()) {
     case 2:
       measure_all<2>(transports, dir, cores);
