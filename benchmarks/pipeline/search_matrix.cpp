@@ -28,7 +28,6 @@
 #include "search_matrix.hpp"
 
 #include <benchmark/benchmark.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <array>
@@ -47,7 +46,8 @@
 #include "../common/paired.hpp"
 #include "configs.hpp"
 #include "library_step.hpp"
-#include "mpp/launch/cpu_binding.hpp"
+#include "mpp/comm/shared_cores.hpp"
+#include "mpp/trace/core_time_while_shared.hpp"
 #include "mpp/trace/costs_json.hpp"
 #include "mpp/trace/recorder.hpp"
 #include "searched/compute_h1024_b512_p2_free.hpp"
@@ -242,35 +242,6 @@ void record_traced_steps(benchmark::State& state, Contestant& one, const TracedS
   state.counters[one.name + "_model_err_pct"] = median(traced.model_err) * 100;
 }
 
-/// The cores the world's ranks run on, all on one host: the union of their affinity masks. Each
-/// rank's own mask is not it: mpprun binds each rank to a core of its own when they fit.
-int host_cores(const Transports& transports) {
-  at::Tensor used = at::zeros({CPU_SETSIZE}, at::kFloat);
-  for (const int cpu : launch::allowed_cpus()) used[cpu] = 1.0f;
-  transports.gloo().all_reduce(used);
-  return static_cast<int>(used.gt(0).sum().item<int64_t>());
-}
-
-/// Times computes in core time (MPP_TRACE_CORE_TIME=1) while it lives when the ranks outnumber
-/// the cores: the cost model on shared cores asks for core time, the wall time counts the other
-/// ranks' turns too. A value the user set is kept (0: wall time anyway).
-class CoreTimeWhileShared {
- public:
-  CoreTimeWhileShared(int ranks, int cores) {
-    if (cores <= 0 || cores >= ranks || std::getenv("MPP_TRACE_CORE_TIME") != nullptr) return;
-    ::setenv("MPP_TRACE_CORE_TIME", "1", /*overwrite=*/1);
-    set_ = true;
-  }
-  ~CoreTimeWhileShared() {
-    if (set_) ::unsetenv("MPP_TRACE_CORE_TIME");
-  }
-  CoreTimeWhileShared(const CoreTimeWhileShared&) = delete;
-  CoreTimeWhileShared& operator=(const CoreTimeWhileShared&) = delete;
-
- private:
-  bool set_ = false;
-};
-
 template <int P, int Model>
 void searched_against_builtins(benchmark::State& state, const Transports* transports) {
   const Config& c = *models[Model];
@@ -317,11 +288,11 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
 
   // Traced steps of each timed pipeline, in rounds that rotate as the timed ones (a machine that
   // drifts moves them all alike), computes in core time where the ranks share cores.
-  const int cores = host_cores(*transports);
+  const int cores = shared_cores(transports->gloo());
   const int model_cores = cores > 0 && cores < P ? cores : 0;
   std::vector<TracedSteps> traced(all.size());
   {
-    const CoreTimeWhileShared core_time(P, cores);
+    const trace::CoreTimeWhileShared core_time(P, cores);
     for (int n = 0; n < traced_steps; ++n)
       for (std::size_t k = 0; k < all.size(); ++k) {
         const std::size_t i = (k + static_cast<std::size_t>(n)) % all.size();
@@ -484,8 +455,8 @@ bool register_search_matrix(const Transports& transports) {
 void write_measured_costs(const Transports& transports, const std::string& dir) {
   // More ranks than cores: a compute's wall time counts the other ranks' turns on its core, which
   // the cost model charges itself (Costs::cores), so computes are timed in core time.
-  const int cores = host_cores(transports);
-  const CoreTimeWhileShared core_time(transports.gloo().size(), cores);
+  const int cores = shared_cores(transports.gloo());
+  const trace::CoreTimeWhileShared core_time(transports.gloo().size(), cores);
   switch (transports.gloo().size()) {
     case 2:
       measure_all<2>(transports, dir, cores);

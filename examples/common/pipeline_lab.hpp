@@ -17,10 +17,13 @@
 #include <vector>
 
 #include "mpp/comm.hpp"
+#include "mpp/comm/shared_cores.hpp"
 #include "mpp/pipeline.hpp"
 #include "mpp/pipeline/measure.hpp"
 #include "mpp/pipeline/with_ranks.hpp"
+#include "mpp/trace/core_time_while_shared.hpp"
 #include "mpp/trace/costs_json.hpp"
+#include "mpp/trace/recorder.hpp"
 #include "mpp/util/blas.hpp"
 
 #include "lab_main.hpp"
@@ -49,12 +52,18 @@ mpp::RunFigures train(const mpp::Group<typename Pipe::comm_type::backend>& world
   Pipe pipe(world, mpp::MlpModel{o.model});
   torch::optim::Adam adam(pipe.parameters(), 1e-3);
   auto batch = [&](int step) { return mpp::models::make_regression_batch(o.model, o.batch, step); };
+  // Costs for `mpp-schedule search --costs`, with the cores the ranks share: where they outnumber
+  // the cores, computes are timed in core time, which the cost model asks for there.
+  const int cores = o.costs_out.empty() ? 0 : mpp::shared_cores(world);
+  const mpp::trace::CoreTimeWhileShared core_time(world.size(), cores);
   auto figures = mpp::train_and_measure(pipe, adam, batch, MeanSquaredError{}, o.steps);
   if (figures.report) std::printf("%s\n", figures.describe().c_str());
   if (figures.report && !o.costs_out.empty()) {
-    // What `mpp-schedule search --costs` reads.
-    std::ofstream(o.costs_out) << mpp::measured_costs_json(figures.report->figures);
-    std::printf("measured costs of %s written to %s\n", Pipe::name().c_str(), o.costs_out.c_str());
+    std::ofstream(o.costs_out) << mpp::measured_costs_json(figures.report->figures, cores);
+    std::printf("measured costs of %s written to %s", Pipe::name().c_str(), o.costs_out.c_str());
+    if (core_time.cores() > 0 && mpp::trace::Recorder::core_time_from_env())
+      std::printf(" (computes timed in core time: %d ranks, %d cores)", world.size(), cores);
+    std::printf("\n");
   }
   return figures;
 }
