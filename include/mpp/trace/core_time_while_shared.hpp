@@ -6,7 +6,7 @@
 //
 //   const int cores = mpp::shared_cores(world);
 //   const mpp::trace::CoreTimeWhileShared core_time(world.size(), cores);
-//   ... train, then mpp::measured_costs_json(figures, core_time.cores());
+//   ... train, then mpp::measured_costs_json(figures, cores);
 #include <cstdlib>
 
 namespace mpp::trace {
@@ -30,7 +30,7 @@ class CoreTimeWhileShared {
   CoreTimeWhileShared& operator=(const CoreTimeWhileShared&) = delete;  ///< One owner.
 
   /// The cores the ranks share when they outnumber them, else 0 (a core per rank): what
-  /// Costs::cores and the "cores" of measured costs take.
+  /// Costs::cores takes for a model of this run.
   int cores() const { return cores_; }
 
  private:
