@@ -288,17 +288,15 @@ void searched_against_builtins(benchmark::State& state, const Transports* transp
 
   // Traced steps of each timed pipeline, in rounds that rotate as the timed ones (a machine that
   // drifts moves them all alike), computes in core time where the ranks share cores.
-  const int cores = shared_cores(transports->gloo());
-  const int model_cores = cores > 0 && cores < P ? cores : 0;
+  // Nothing below times a step: the variable holds to the end of this benchmark.
+  const trace::CoreTimeWhileShared core_time(P, shared_cores(transports->gloo()));
+  const int model_cores = core_time.cores();
   std::vector<TracedSteps> traced(all.size());
-  {
-    const trace::CoreTimeWhileShared core_time(P, cores);
-    for (int n = 0; n < traced_steps; ++n)
-      for (std::size_t k = 0; k < all.size(); ++k) {
-        const std::size_t i = (k + static_cast<std::size_t>(n)) % all.size();
-        if (!all[i].same_as) trace_step(all[i], traced[i], model_cores);
-      }
-  }
+  for (int n = 0; n < traced_steps; ++n)
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      const std::size_t i = (k + static_cast<std::size_t>(n)) % all.size();
+      if (!all[i].same_as) trace_step(all[i], traced[i], model_cores);
+    }
   for (std::size_t i = 0; i < all.size(); ++i)
     if (!all[i].same_as) record_traced_steps(state, all[i], traced[i]);
   // The costs of this run, from the built-ins' traced steps: of one chunk per rank ZB-H1's (F, I,

@@ -1,6 +1,7 @@
 #pragma once
 // How many cores the ranks of a group share: the CPUs any of them may run on (each rank's
-// affinity mask, united over the group by one all-reduce). What the cost model's Costs::cores
+// affinity mask, united over the group by one all-reduce; a rank's own mask is not it, since
+// mpprun binds each rank to a core of its own when they fit). What the cost model's Costs::cores
 // asks for when ranks outnumber cores (trace/core_time_while_shared.hpp times computes for it).
 //
 //   const int cores = mpp::shared_cores(world);  // every rank calls it; 2 on a 2-core host
