@@ -1,19 +1,24 @@
 // The process launcher behind mpprun and run_world: variables, output, deadline, failure
 // propagation and clean-up, checked on real processes (this binary re-executed as workers).
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mpp/launch/launch.hpp"
 #include "support/worker.hpp"
@@ -46,6 +51,22 @@ bool process_gone(pid_t pid) {
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   const auto paren = text.rfind(')');
   return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] == 'Z';
+}
+
+/// Set by a test before it launches: a rank that sees it is a fork of the test, not an exec.
+int parent_marker = 0;
+
+/// Options under which the rank's environment differs from this process's in torchrun variables
+/// alone, so that fork_entry may be used.
+mpp::launch::LaunchOptions fork_options(int ranks, std::string worker) {
+  mpp::launch::LaunchOptions options;
+  options.command = {mpp::test::self_executable(), "--mpp-worker=" + std::move(worker)};
+  options.layout.nproc_per_node = ranks;
+  options.single_thread_defaults = false;
+  options.allocator_defaults = false;
+  options.timeout = 30s;
+  options.grace = 500ms;
+  return options;
 }
 
 }  // namespace
@@ -361,5 +382,122 @@ TEST_SUITE("launch") {
             std::string::npos);
     }
     std::filesystem::remove_all(dir);
+  }
+  TEST_CASE("environment_allows_fork: torchrun variables and MPP_* may differ, nothing else") {
+    using mpp::launch::detail::environment_allows_fork;
+    using mpp::launch::detail::merged_environment;
+    const std::vector<std::string> rank_names{"RANK", "WORLD_SIZE"};
+    CHECK(environment_allows_fork(merged_environment({}, {}), rank_names));
+    CHECK(environment_allows_fork(merged_environment({{"RANK", "3"}, {"WORLD_SIZE", "4"}}, {}),
+                                  rank_names));
+    CHECK(environment_allows_fork(merged_environment({{"MPP_TIMEOUT_S", "9"}}, {}), rank_names));
+    ::setenv("MPP_LAUNCH_TEST_GONE", "1", 1);
+    ::setenv("LAUNCH_TEST_GONE", "1", 1);
+    CHECK(environment_allows_fork(merged_environment({}, {"MPP_LAUNCH_TEST_GONE"}), rank_names));
+    CHECK_FALSE(environment_allows_fork(merged_environment({}, {"LAUNCH_TEST_GONE"}), rank_names));
+    ::unsetenv("MPP_LAUNCH_TEST_GONE");
+    ::unsetenv("LAUNCH_TEST_GONE");
+    const std::string threads = env_or("OMP_NUM_THREADS", "") + "7";
+    CHECK_FALSE(environment_allows_fork(merged_environment({{"OMP_NUM_THREADS", threads}}, {}),
+                                        rank_names));
+    CHECK_FALSE(environment_allows_fork(merged_environment({{"LD_PRELOAD", "x.so"}}, {}), {}));
+  }
+
+  TEST_CASE("fork_entry: a rank is a fork of the launcher, started as an exec'd rank would be") {
+    parent_marker = 7;
+    const int leaked = ::open("/dev/null", O_RDONLY);  // without O_CLOEXEC
+    REQUIRE(leaked >= 3);
+    struct sigaction ignore {
+    }, previous{};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGTERM, &ignore, &previous);
+    auto options = fork_options(2, "launch_env");
+    options.env = {{"MPP_EXTRA", "yes"}};
+    options.fork_entry = [leaked](const std::vector<std::string>& argv) {
+      struct sigaction term {};
+      ::sigaction(SIGTERM, nullptr, &term);
+      char stdin_target[64] = {};
+      [[maybe_unused]] auto n =
+          ::readlink("/proc/self/fd/0", stdin_target, sizeof stdin_target - 1);
+      std::printf("marker=%d rank=%s extra=%s argv1=%s\n", parent_marker,
+                  env_or("RANK", "?").c_str(), env_or("MPP_EXTRA", "?").c_str(),
+                  argv.at(1).c_str());
+      std::printf("leaked fd open: %d, SIGTERM default: %d, stdin: %s, own group: %d\n",
+                  ::fcntl(leaked, F_GETFD) != -1, term.sa_handler == SIG_DFL, stdin_target,
+                  ::getpgrp() == ::getpid());
+      return 0;
+    };
+    const auto result = mpp::launch::launch(options);
+    ::sigaction(SIGTERM, &previous, nullptr);
+    ::close(leaked);
+    parent_marker = 0;
+    REQUIRE_MESSAGE(result.ok(), result.summary());
+    REQUIRE(result.ranks.size() == 2);
+    for (int r = 0; r < 2; ++r) {
+      const auto& rank = result.ranks[static_cast<std::size_t>(r)];
+      INFO(rank.output);
+      CHECK(rank.forked);
+      CHECK(rank.output.find("marker=7 rank=" + std::to_string(r) +
+                             " extra=yes argv1=--mpp-worker=launch_env\n") == 0);
+      CHECK(rank.output.find("leaked fd open: 0, SIGTERM default: 1, stdin: /dev/null, own group: "
+                             "1\n") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("fork_entry: a forked rank's failure stops the others, an exception is its message") {
+    auto options = fork_options(2, "launch_sleep");
+    options.fork_entry = [](const std::vector<std::string>&) -> int {
+      if (rank_from_env() == 1) throw std::runtime_error("rank 1's entry gives up");
+      return sleep_for(30s);
+    };
+    const auto result = mpp::launch::launch(options);
+    INFO(result.summary());
+    REQUIRE(result.ranks.size() == 2);
+    CHECK(result.ranks[0].forked);
+    CHECK(result.first_failure == 1);
+    CHECK(result.ranks[1].status.exit_code == 1);
+    CHECK(result.ranks[1].error_output == "rank 1's entry gives up\n");
+    CHECK(result.ranks[0].stopped_by_launcher);
+    CHECK(result.ranks[0].status.signal == SIGTERM);
+    CHECK(result.elapsed < 10s);
+  }
+
+  TEST_CASE("fork_entry is not used while another thread runs, nor for a load-time variable") {
+    auto entry = [](const std::vector<std::string>&) {
+      std::printf("the entry ran\n");
+      return 0;
+    };
+    {  // another thread: the rank is exec'd and runs the command's worker
+      std::mutex mutex;
+      std::condition_variable wake;
+      bool done = false;
+      std::thread other([&] {
+        std::unique_lock<std::mutex> lock(mutex);
+        wake.wait(lock, [&] { return done; });
+      });
+      auto options = fork_options(1, "launch_env");
+      options.fork_entry = entry;
+      const auto result = mpp::launch::launch(options);
+      {
+        const std::lock_guard<std::mutex> lock(mutex);
+        done = true;
+      }
+      wake.notify_one();
+      other.join();
+      REQUIRE_MESSAGE(result.ok(), result.summary());
+      CHECK_FALSE(result.ranks[0].forked);
+      CHECK(result.ranks[0].output.find("RANK=0\n") == 0);
+    }
+    {  // a variable a library reads when it loads
+      auto options = fork_options(1, "launch_env");
+      options.fork_entry = entry;
+      const std::string threads = env_or("OMP_NUM_THREADS", "") + "7";
+      options.env = {{"OMP_NUM_THREADS", threads}};
+      const auto result = mpp::launch::launch(options);
+      REQUIRE_MESSAGE(result.ok(), result.summary());
+      CHECK_FALSE(result.ranks[0].forked);
+      CHECK(result.ranks[0].output.find("\nOMP_NUM_THREADS=" + threads + "\n") !=
+            std::string::npos);
+    }
   }
 }

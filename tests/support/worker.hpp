@@ -5,6 +5,8 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace mpp::test {
 
@@ -18,6 +20,21 @@ inline std::map<std::string, WorkerFn>& worker_registry() {
 struct WorkerRegistrar {
   WorkerRegistrar(const char* name, WorkerFn fn) { worker_registry().emplace(name, std::move(fn)); }
 };
+
+/// What a rank forked from a test case (world.hpp) does first so that it starts from the state an
+/// exec'd rank would, e.g. LibTorch's default generator at its default seed.
+inline std::vector<std::function<void()>>& fork_resets() {
+  static std::vector<std::function<void()>> resets;
+  return resets;
+}
+
+struct ForkReset {
+  explicit ForkReset(std::function<void()> reset) { fork_resets().push_back(std::move(reset)); }
+};
+
+/// Runs the worker registered as `name` with argv as its arguments: its exit code; 2 (and a
+/// message) when no worker has that name, 1 (and its message) when it throws. main.cpp defines it.
+int run_worker(std::string_view name, int argc, char** argv);
 
 }  // namespace mpp::test
 

@@ -2,7 +2,10 @@
 // Multi-process tests: run_world(n, "worker") starts this test binary n times as
 // `/proc/self/exe --mpp-worker=worker`, each with the torchrun variables of its rank, through the
 // same launcher as mpprun (mpp/launch). It waits for all ranks within a deadline and returns each
-// rank's exit status and output, so a test can CHECK success as well as error messages:
+// rank's exit status and output, so a test can CHECK success as well as error messages.
+// A rank is a fork of the test that runs the worker where the launcher allows it
+// (LaunchOptions::fork_entry: this process runs one thread, the environment CTest gives the tests
+// is the ranks'), which saves LibTorch's start; else, and under a sanitizer, an exec:
 //
 //   MPP_TEST_WORKER("ring") { ...; return 0; }
 //   TEST_CASE("ring") {
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "mpp/launch/launcher.hpp"
+#include "worker.hpp"
 
 namespace mpp::test {
 
@@ -65,6 +69,29 @@ inline std::string self_executable() {
   return path;
 }
 
+/// Whether run_world may fork its ranks: not under a sanitizer, whose checks at exit (leaks) a
+/// fork would skip and whose threads would refuse it anyway.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool forks_ranks = false;
+#else
+inline constexpr bool forks_ranks = true;
+#endif
+
+/// A rank forked from the test: the worker that argv's `--mpp-worker=<name>` names, from the state
+/// an exec'd rank starts in (fork_resets).
+inline int run_forked_worker(const std::vector<std::string>& argv) {
+  for (const auto& reset : fork_resets()) reset();
+  std::vector<char*> pointers;
+  for (const auto& arg : argv) pointers.push_back(const_cast<char*>(arg.c_str()));
+  pointers.push_back(nullptr);
+  constexpr std::string_view flag = "--mpp-worker=";
+  for (const auto& arg : argv)
+    if (std::string_view(arg).substr(0, flag.size()) == flag)
+      return run_worker(std::string_view(arg).substr(flag.size()), static_cast<int>(argv.size()),
+                        pointers.data());
+  return run_worker("", static_cast<int>(argv.size()), pointers.data());
+}
+
 inline WorldResult run_world(int world_size, std::string_view worker, WorldOptions options = {}) {
   launch::LaunchOptions launch_options;
   launch_options.command = {self_executable(), "--mpp-worker=" + std::string(worker)};
@@ -77,6 +104,7 @@ inline WorldResult run_world(int world_size, std::string_view worker, WorldOptio
   launch_options.timeout = options.timeout;
   launch_options.grace = options.grace;
   launch_options.stop_all_on_failure = options.stop_all_on_failure;
+  if (forks_ranks) launch_options.fork_entry = run_forked_worker;
   return WorldResult{launch::launch(launch_options)};
 }
 

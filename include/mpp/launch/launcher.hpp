@@ -72,6 +72,13 @@ struct LaunchOptions {
   std::function<bool()> should_stop;  ///< polled; true stops all ranks (Ctrl-C in mpprun)
   int restart_count = 0;              ///< exported as TORCHELASTIC_RESTART_COUNT
   int max_restarts = 0;               ///< Exported as TORCHELASTIC_MAX_RESTARTS.
+  /// When set, a rank may start as a fork of this process that returns fork_entry(command) instead
+  /// of exec'ing `command`: it saves the program's start (a LibTorch program's ~0.6 s of CPU). Only
+  /// while this process runs one thread, and only when the rank's environment differs from this
+  /// process's in the torchrun variables and MPP_* alone (detail::environment_allows_fork);
+  /// otherwise, or under a sanitizer's threads, the rank is exec'd as without it. The entry must
+  /// do what `command` would do, from the state this process is in.
+  ForkEntry fork_entry;
 };
 
 /// How one rank of the node ended, with its captured output.
@@ -81,6 +88,7 @@ struct RankResult {
   pid_t pid = -1;                    ///< Its process id (also its process group's).
   ExitStatus status;                 ///< How it ended.
   bool stopped_by_launcher = false;  ///< it was still running when the launcher stopped the job
+  bool forked = false;               ///< it ran LaunchOptions::fork_entry instead of an exec
   std::string output;                ///< stdout and stderr lines, in arrival order
   std::string error_output;          ///< stderr lines only
 

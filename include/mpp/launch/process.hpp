@@ -1,8 +1,11 @@
 #pragma once
 // Starting one rank as a fresh process (fork immediately followed by exec) in its own process
-// group, with its stdout and stderr on pipes. Never fork alone: a forked copy of a process whose
-// OpenMP or Gloo threads are running can deadlock, an exec'd one starts clean.
+// group, with its stdout and stderr on pipes. A rank may instead be a fork that calls a function
+// of this program (ForkEntry), which saves the program's start, but only from a process that runs
+// one thread: a forked copy of a process whose OpenMP or Gloo threads are running can deadlock,
+// an exec'd one starts clean.
 // Standard library and POSIX (plus Linux's PR_SET_PDEATHSIG) only.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -12,10 +15,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,6 +51,11 @@ struct ExitStatus {
   MPP_DECL static ExitStatus from_wait_status(int status);
 };
 
+/// What a rank started as a fork runs instead of exec'ing its command: it gets the command
+/// (argv[0] resolved to a path) and returns the rank's exit code (an exception exits with 1 and its
+/// message on stderr).
+using ForkEntry = std::function<int(const std::vector<std::string>& argv)>;
+
 namespace detail {
 
 inline std::string errno_text(int error) { return std::strerror(error); }
@@ -54,6 +67,9 @@ MPP_DECL std::string why_not_executable(const std::string& path);
 /// Resolves `program` the way execvp would, but before fork, so that a typo is one clear error
 /// instead of N identical rank failures.
 MPP_DECL std::string resolve_program(const std::string& program);
+
+/// This process's environment, by name.
+MPP_DECL std::map<std::string, std::string> own_environment();
 
 /// The parent's environment with `overrides` applied (later entries win) and `removed` dropped.
 MPP_DECL std::vector<std::string> merged_environment(const EnvList& overrides,
@@ -75,11 +91,24 @@ struct Child {
   int stderr_fd = -1;
 };
 
+/// The threads this process runs now (from /proc/self/task); 0 when it cannot tell.
+MPP_DECL int thread_count();
+
+/// Whether a rank with environment `env` may be a fork of this process: the two environments
+/// differ only in the variables `read_at_run_time` names and in MPP_*. Any other variable may be
+/// read once when a library loads (OMP_NUM_THREADS by libgomp, MALLOC_* by glibc, LD_* by the
+/// loader), which a fork has long done with this process's values.
+MPP_DECL bool environment_allows_fork(const std::vector<std::string>& env,
+                                      const std::vector<std::string>& read_at_run_time);
+
 /// fork + exec `argv` (argv[0] already resolved to a path) with exactly `env`, on CPU `cpu` alone
 /// when it is not negative. Throws LaunchError if the exec itself fails (the child's errno comes
-/// back on a pipe).
+/// back on a pipe). With `entry`, the child calls it instead of exec: the caller has checked that
+/// this process runs one thread (thread_count) and that `env` allows it (environment_allows_fork).
+/// The fork starts as an exec'd rank would: its own process group, stdin from /dev/null, no file
+/// descriptor open but 0-2, default signal dispositions, exactly `env`.
 MPP_DECL Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                     int cpu = -1);
+                     int cpu = -1, const ForkEntry* entry = nullptr);
 
 }  // namespace detail
 }  // namespace mpp::launch

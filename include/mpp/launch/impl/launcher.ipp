@@ -117,15 +117,22 @@ MPP_DECL LaunchResult launch(const LaunchOptions& options) {
   };
   for (int local = 0; local < count; ++local) {
     EnvList env = common;
-    for (auto& entry : rank_environment(layout, local, options.restart_count, options.max_restarts))
+    std::vector<std::string> rank_names;
+    for (auto& entry :
+         rank_environment(layout, local, options.restart_count, options.max_restarts)) {
+      rank_names.push_back(entry.first);
       if (std::find(options.unset_env.begin(), options.unset_env.end(), entry.first) ==
           options.unset_env.end())
         env.push_back(std::move(entry));
+    }
     env.insert(env.end(), options.env.begin(), options.env.end());
+    const auto rank_env = detail::merged_environment(env, options.unset_env);
+    const bool fork = options.fork_entry && detail::thread_count() == 1 &&
+                      detail::environment_allows_fork(rank_env, rank_names);
     try {
       running[local].child =
-          detail::spawn(argv, detail::merged_environment(env, options.unset_env),
-                        cpus.empty() ? -1 : cpus[static_cast<std::size_t>(local)]);
+          detail::spawn(argv, rank_env, cpus.empty() ? -1 : cpus[static_cast<std::size_t>(local)],
+                        fork ? &options.fork_entry : nullptr);
     } catch (...) {
       for (int started = 0; started < local; ++started) {
         stop_group(running[started].child.pid, SIGKILL);
@@ -139,6 +146,7 @@ MPP_DECL LaunchResult launch(const LaunchOptions& options) {
     rank.rank = layout.global_rank(local);
     rank.local_rank = local;
     rank.pid = running[local].child.pid;
+    rank.forked = fork;
   }
 
   bool stopping = false;

@@ -71,15 +71,19 @@ MPP_DECL std::string resolve_program(const std::string& program) {
                     "' was not found on PATH; give its path (e.g. ./build/" + program + ")");
 }
 
-MPP_DECL std::vector<std::string> merged_environment(const EnvList& overrides,
-                                                     const std::vector<std::string>& removed) {
+MPP_DECL std::map<std::string, std::string> own_environment() {
   std::map<std::string, std::string> variables;
   for (char** entry = environ; entry && *entry; ++entry) {
     const std::string text = *entry;
     const auto equals = text.find('=');
-    if (equals == std::string::npos) continue;
-    variables[text.substr(0, equals)] = text.substr(equals + 1);
+    if (equals != std::string::npos) variables[text.substr(0, equals)] = text.substr(equals + 1);
   }
+  return variables;
+}
+
+MPP_DECL std::vector<std::string> merged_environment(const EnvList& overrides,
+                                                     const std::vector<std::string>& removed) {
+  std::map<std::string, std::string> variables = own_environment();
   for (const auto& name : removed) variables.erase(name);
   for (const auto& [name, value] : overrides) variables[name] = value;
   std::vector<std::string> result;
@@ -101,10 +105,63 @@ MPP_DECL void close_fd(int& fd) {
   fd = -1;
 }
 
+MPP_DECL int thread_count() {
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return 0;
+  int count = 0;
+  while (const dirent* entry = ::readdir(tasks))
+    if (entry->d_name[0] != '.') ++count;
+  ::closedir(tasks);
+  return count;
+}
+
+MPP_DECL bool environment_allows_fork(const std::vector<std::string>& env,
+                                      const std::vector<std::string>& read_at_run_time) {
+  const std::map<std::string, std::string> own = own_environment();
+  auto may_differ = [&](const std::string& name) {
+    return name.rfind("MPP_", 0) == 0 || std::find(read_at_run_time.begin(), read_at_run_time.end(),
+                                                   name) != read_at_run_time.end();
+  };
+  std::map<std::string, std::string> theirs;
+  for (const auto& text : env) {
+    const auto equals = text.find('=');
+    if (equals == std::string::npos) continue;
+    std::string name = text.substr(0, equals);
+    const auto mine = own.find(name);
+    if ((mine == own.end() || mine->second != text.substr(equals + 1)) && !may_differ(name))
+      return false;
+    theirs.emplace(std::move(name), "");
+  }
+  for (const auto& [name, value] : own)
+    if (!theirs.contains(name) && !may_differ(name)) return false;
+  return true;
+}
+
+/// The child's side of spawn() with a ForkEntry: never returns.
+[[noreturn]] MPP_DECL void run_fork_entry(const ForkEntry& entry,
+                                          const std::vector<std::string>& argv, char** env) {
+  environ = env;
+  int code = 1;
+  try {
+    code = entry(argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr,
+                 "mpp launch: the rank's entry threw an exception that is not a "
+                 "std::exception\n");
+  }
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
 MPP_DECL Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                     int cpu) {
+                     int cpu, const ForkEntry* entry) {
   // Everything the child touches is prepared here: between fork and exec only
-  // async-signal-safe calls are allowed (the parent may have many threads).
+  // async-signal-safe calls are allowed (the parent may have many threads). A child that runs
+  // `entry` has no such limit: this process runs one thread.
   std::vector<char*> argv_ptrs;
   for (const auto& arg : argv) argv_ptrs.push_back(const_cast<char*>(arg.c_str()));
   argv_ptrs.push_back(nullptr);
@@ -118,6 +175,11 @@ MPP_DECL Child spawn(const std::vector<std::string>& argv, const std::vector<std
   Pipe out, err, exec_status;
   const int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
+  if (entry != nullptr) {  // what is buffered now would be written twice, by both processes
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+  }
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int error = errno;
@@ -142,6 +204,12 @@ MPP_DECL Child spawn(const std::vector<std::string>& argv, const std::vector<std
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (entry != nullptr) {
+      // As exec would leave it: the other ranks' pipes, this one's exec_status and the files
+      // the parent opened, closed (the launcher sees "exec succeeded" when exec_status closes).
+      ::syscall(SYS_close_range, 3U, ~0U, 0U);
+      run_fork_entry(*entry, argv, env_ptrs.data());
+    }
     // Sockets and files the parent opened without O_CLOEXEC must not leak into the rank.
     ::syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */);
     ::execve(argv_ptrs[0], argv_ptrs.data(), env_ptrs.data());
