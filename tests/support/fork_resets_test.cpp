@@ -24,19 +24,24 @@ TEST_CASE("run_world: a forked rank draws what a new process draws from the defa
   auto fresh = at::detail::createCPUGenerator(c10::default_rng_seed_val);
   char expected[64];
   std::snprintf(expected, sizeof expected, "drew %.9f\n", at::rand({1}, fresh).item<double>());
-  // Under CTest this process has the variables the launcher gives every rank
-  // (tests/CMakeLists.txt), so the ranks are forks; run by hand without them, they are exec'd.
-  // Under a sanitizer they are always exec'd (world.hpp).
-  bool ranks_environment = mpp::test::forks_ranks;
+  // Under CTest this process has the variables the launcher gives every rank, and
+  // MPP_TEST_RANKS_ENVIRONMENT says so (tests/CMakeLists.txt): the ranks are forks. Run by hand
+  // without them, or under a sanitizer (world.hpp), they are exec'd.
+  bool ranks_environment = true;
   for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"})
     ranks_environment =
         ranks_environment && std::getenv(name) != nullptr && std::string(std::getenv(name)) == "1";
   for (const auto& [name, value] : mpp::launch::allocator_environment)
     ranks_environment = ranks_environment && std::getenv(name) != nullptr &&
                         std::string(std::getenv(name)) == value;
+  if (std::getenv("MPP_TEST_RANKS_ENVIRONMENT") != nullptr)
+    CHECK_MESSAGE(ranks_environment,
+                  "tests/CMakeLists.txt's rank_environment.cmake no longer gives the cases the "
+                  "variables LaunchOptions gives every rank (launcher.hpp): no rank can be a fork");
+  const bool forked = mpp::test::forks_ranks && ranks_environment;
   for (int r = 0; r < 2; ++r) {
     INFO(world.output(r));
     CHECK(world.output(r) == expected);
-    CHECK(world.rank(r).forked == ranks_environment);
+    CHECK(world.rank(r).forked == forked);
   }
 }

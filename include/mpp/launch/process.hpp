@@ -25,6 +25,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -97,7 +98,7 @@ MPP_DECL int thread_count();
 /// Whether a rank with environment `env` may be a fork of this process: the two environments
 /// differ only in the variables `read_at_run_time` names and in MPP_*. Any other variable may be
 /// read once when a library loads (OMP_NUM_THREADS by libgomp, MALLOC_* by glibc, LD_* by the
-/// loader), which a fork has long done with this process's values.
+/// loader): a fork's libraries read them long ago, with this process's values.
 MPP_DECL bool environment_allows_fork(const std::vector<std::string>& env,
                                       const std::vector<std::string>& read_at_run_time);
 

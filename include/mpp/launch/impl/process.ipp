@@ -122,7 +122,7 @@ MPP_DECL bool environment_allows_fork(const std::vector<std::string>& env,
     return name.rfind("MPP_", 0) == 0 || std::find(read_at_run_time.begin(), read_at_run_time.end(),
                                                    name) != read_at_run_time.end();
   };
-  std::map<std::string, std::string> theirs;
+  std::set<std::string> theirs;
   for (const auto& text : env) {
     const auto equals = text.find('=');
     if (equals == std::string::npos) continue;
@@ -130,7 +130,7 @@ MPP_DECL bool environment_allows_fork(const std::vector<std::string>& env,
     const auto mine = own.find(name);
     if ((mine == own.end() || mine->second != text.substr(equals + 1)) && !may_differ(name))
       return false;
-    theirs.emplace(std::move(name), "");
+    theirs.insert(std::move(name));
   }
   for (const auto& [name, value] : own)
     if (!theirs.contains(name) && !may_differ(name)) return false;
