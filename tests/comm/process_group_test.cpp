@@ -3,14 +3,20 @@
 // comm policies driving the same code.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -417,13 +423,15 @@ TEST_CASE("comm: the transport's threads run SCHED_BATCH unless MPP_TRANSPORT_TH
 }
 
 // Rank 0 computes without ever waiting and sends a message every 400 us; rank 1 posts each
-// receive only once the previous message is in, so its "ready to receive" note reaches rank 0
+// receive before rank 0 starts the 400 us that precede the matching send (rank 0 spins on a
+// counter in a shared file, not on the transport), so its "ready to receive" note reaches rank 0
 // while rank 0 computes. Each rank runs on one CPU with its transport's threads. The time from a
 // send to its delivery is Gloo's loopback latency only if the send lets rank 0's batch event loop
 // read the note; otherwise the message waits in Gloo until rank 0's core is taken from it at a
-// scheduler tick (milliseconds), in every round. Three rounds of 40 messages, and the best
-// round's median is bounded: a round that the machine slowed on its own (a median of 1.5 ms right
-// after a build, once) does not fail the test, a transport that holds the message fails each.
+// scheduler tick (4 ms at 250 Hz), in every round. Rank 0 waits for the post because a note that
+// arrived after the send would leave that message, and every later one of the round, to the next
+// send (a backlog one send period deep that the fixed pace never drains). Three rounds of 40
+// messages, and the best round's median is bounded.
 MPP_TEST_WORKER("comm_send_while_computing") {
   torch::set_num_threads(1);
   cpu_set_t one;
@@ -431,6 +439,13 @@ MPP_TEST_WORKER("comm_send_while_computing") {
   const int rank = std::atoi(std::getenv("RANK"));
   CPU_SET(rank % std::max(1, static_cast<int>(std::thread::hardware_concurrency())), &one);
   ::sched_setaffinity(0, sizeof one, &one);  // the group's threads, started next, inherit it
+  // How many receives rank 1 has posted, in the file the test made for this run.
+  const int fd = ::open(argv[argc - 1], O_RDWR);
+  expect(fd >= 0, std::string("cannot open ") + argv[argc - 1]);
+  void* shared = ::mmap(nullptr, sizeof(std::int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  expect(shared != MAP_FAILED, std::string("cannot map ") + argv[argc - 1]);
+  std::atomic_ref<std::int64_t> posted(*static_cast<std::int64_t*>(shared));
   auto world = mpp::init_process_group();
   const auto now_us = [] {
     return static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(
@@ -440,14 +455,14 @@ MPP_TEST_WORKER("comm_send_while_computing") {
   // Rank 1's core never idles: a SCHED_IDLE thread spins on it, which every other thread there
   // preempts at once. A virtual CPU left idle can take milliseconds to wake for a message (seen
   // on one machine kind, in 9 of 10 runs with nothing else running), which is not the sender's
-  // doing.
-  std::atomic<bool> done{false};
-  std::thread keep_awake;
+  // doing. A jthread: however this function ends (a failed check throws), its destructor stops
+  // and joins the spinner, so the failure reaches the report.
+  std::jthread keep_awake;
   if (rank == 1)
-    keep_awake = std::thread([&done] {
+    keep_awake = std::jthread([](std::stop_token stop) {
       const sched_param param{};
       (void)::sched_setscheduler(0, SCHED_IDLE, &param);
-      while (!done.load(std::memory_order_relaxed)) {
+      while (!stop.stop_requested()) {
       }
     });
   constexpr int messages = 40, rounds = 3;
@@ -457,17 +472,23 @@ MPP_TEST_WORKER("comm_send_while_computing") {
     if (rank == 0) {
       mpp::PendingRequests pending;
       for (int i = 0; i < messages; ++i) {
+        const int tag = round * messages + i;
+        while (posted.load(std::memory_order_acquire) <= tag) {
+        }
         const double until = now_us() + 400.0;
         while (now_us() < until) {
         }
-        pending.add(world.isend(at::full({1}, now_us(), at::kDouble), 1, round * messages + i));
+        pending.add(world.isend(at::full({1}, now_us(), at::kDouble), 1, tag));
       }
       pending.wait_all();
     } else {
       std::vector<double> delays;
       for (int i = 0; i < messages; ++i) {
+        const int tag = round * messages + i;
         at::Tensor t = at::empty({1}, at::kDouble);
-        world.irecv(t, 0, round * messages + i).wait();
+        mpp::Request request = world.irecv(t, 0, tag);
+        posted.store(tag + 1, std::memory_order_release);
+        request.wait();
         delays.push_back(now_us() - t.item<double>());
       }
       std::sort(delays.begin(), delays.end());
@@ -482,9 +503,8 @@ MPP_TEST_WORKER("comm_send_while_computing") {
                               " us from send to delivery in each of " + std::to_string(rounds) +
                               " rounds; a send must let the sender's transport threads read the "
                               "receiver's note (1 ms at most)");
-  done = true;
-  if (keep_awake.joinable()) keep_awake.join();
   world.barrier();
+  ::munmap(shared, sizeof(std::int64_t));
   return 0;
 }
 
@@ -492,7 +512,14 @@ MPP_TEST_WORKER("comm_send_while_computing") {
 // else on the machine's cores (tests/CMakeLists.txt).
 TEST_CASE("comm: a rank that computes without waiting still delivers its sends at once" *
           doctest::test_suite("alone")) {
-  auto world = mpp::test::run_world(2, "comm_send_while_computing", bounded());
+  namespace fs = std::filesystem;
+  const auto counter =
+      fs::temp_directory_path() / ("mpp_send_while_computing_" + std::to_string(::getpid()));
+  std::ofstream(counter, std::ios::binary).write("\0\0\0\0\0\0\0\0", 8);
+  auto options = bounded();
+  options.args = {counter.string()};
+  auto world = mpp::test::run_world(2, "comm_send_while_computing", options);
+  fs::remove(counter);
   CHECK_MESSAGE(world.ok(), world.report());
 }
 
