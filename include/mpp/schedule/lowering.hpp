@@ -1,6 +1,7 @@
 #pragma once
 // Lowering: insert the SEND/RECV that a compute table needs, ordered for one comm semantics.
 #include "mpp/schedule/cost_model.hpp"
+#include "mpp/schedule/stage_lookup.hpp"
 #include "mpp/schedule/table.hpp"
 #include "mpp/schedule/verify.hpp"
 
@@ -43,26 +44,32 @@ constexpr void copy_table(ScheduleTable& out, const ScheduleTable& in) {
   }
 }
 
-/// The rank of `stage`'s neighbour `stage + step` when another rank holds it; -1 when there is
-/// no such stage or this rank holds it too (the value is handed over without a message).
-constexpr int remote_neighbour(const ScheduleTable& t, int stage, int step) {
-  const StageLink link = t.placement.link(stage, step);
-  return link.is_message() ? link.rank : -1;
+/// The rank that a value of `stage` travels to or from, `step` stages away (-1: the stage before,
+/// +1: the stage after), when another rank holds that stage; -1 when no message carries it (no
+/// such stage, or this rank holds it too). `stages` answers for the stages of t's placement.
+constexpr int peer_towards(const ScheduleTable& t, const StageLookup& stages, int stage, int step) {
+  if (stage < 0 || stage >= t.placement.stages() || stage >= max_stages) {
+    const StageLink link = t.placement.link(stage, step);  // a stage the placement lacks
+    return link.is_message() ? link.rank : -1;
+  }
+  return step < 0 ? stages.previous_peer[stage] : stages.next_peer[stage];
 }
 
 /// Emits the receive compute `a` on rank r needs (input from another rank), if any.
-constexpr void emit_receive_for(ScheduleTable& out, int r, const Action& a) {
+constexpr void emit_receive_for(ScheduleTable& out, const StageLookup& stages, int r,
+                                const Action& a) {
   if (a.op == Op::W) return;
   const bool forward = a.op == Op::F;
-  const int from = remote_neighbour(out, a.stage, forward ? -1 : +1);
+  const int from = peer_towards(out, stages, a.stage, forward ? -1 : +1);
   if (from >= 0) emit(out, r, forward ? Op::RECV_F : Op::RECV_B, a.micro_batch, a.chunk, from);
 }
 
 /// Emits the send of compute `a`'s result on rank r (to another rank), if any.
-constexpr void emit_send_for(ScheduleTable& out, int r, const Action& a) {
+constexpr void emit_send_for(ScheduleTable& out, const StageLookup& stages, int r,
+                             const Action& a) {
   if (a.op == Op::W) return;
   const bool forward = a.op == Op::F;
-  const int to = remote_neighbour(out, a.stage, forward ? +1 : -1);
+  const int to = peer_towards(out, stages, a.stage, forward ? +1 : -1);
   if (to >= 0) emit(out, r, forward ? Op::SEND_F : Op::SEND_B, a.micro_batch, a.chunk, to);
 }
 
@@ -71,19 +78,23 @@ constexpr void emit_send_for(ScheduleTable& out, int r, const Action& a) {
 constexpr void lower_in_order(ScheduleTable& out, const ScheduleTable& in, CommSemantics semantics,
                               int receive_lookahead) {
   if (!copy_header(out, in, semantics)) return;
-  for (int r = 0; r < in.ranks; ++r) {
-    const Action* row = in.actions[r];
-    const int n = in.length[r];
-    for (int k = 0; k < receive_lookahead && k < n; ++k) emit_receive_for(out, r, row[k]);
-    for (int k = 0; k < n; ++k) {
-      if (receive_lookahead == 0)
-        emit_receive_for(out, r, row[k]);
-      else if (k + receive_lookahead < n)
-        emit_receive_for(out, r, row[k + receive_lookahead]);
-      out.actions[r][out.length[r]++] = row[k];
-      emit_send_for(out, r, row[k]);
+  with_state<StageLookup>([&](StageLookup& stages) {
+    stages.fill(in.placement, Costs{});
+    for (int r = 0; r < in.ranks; ++r) {
+      const Action* row = in.actions[r];
+      const int n = in.length[r];
+      for (int k = 0; k < receive_lookahead && k < n; ++k) emit_receive_for(out, stages, r, row[k]);
+      for (int k = 0; k < n; ++k) {
+        if (receive_lookahead == 0)
+          emit_receive_for(out, stages, r, row[k]);
+        else if (k + receive_lookahead < n)
+          emit_receive_for(out, stages, r, row[k + receive_lookahead]);
+        out.actions[r][out.length[r]++] = row[k];
+        emit_send_for(out, stages, r, row[k]);
+      }
     }
-  }
+    return 0;
+  });
 }
 
 /// Clears the OVERLAP_F_B mark of an F that a send now separates from its backward. On one CPU
@@ -103,18 +114,47 @@ struct RendezvousState {
   static constexpr int never = 0x3fffffff;
   static constexpr int max_queues = 2 * max_ranks * max_chunks_per_rank;
   int clock[max_ranks], pc[max_ranks];
-  int ready_at[max_ranks];  // clock if the next compute's inputs are here, else never
   // One queue per (rank, kind, chunk): [(rank * 2 + kind) * V + chunk], kind 0: F to the next
   // stage's rank, 1: B to the previous stage's rank.
   int head[max_queues], tail[max_queues];
-  int transfer_at[max_queues];    // start of the queue's next transfer, or never
   int peer_of_queue[max_queues];  // the receiving rank, or -1 (no such stage, or local)
-  int around[max_ranks][4 * max_chunks_per_rank];  // queues a rank sends or receives on
-  int around_count[max_ranks];
+  // The two sets an event is chosen from, each in no order, with each member's place + 1 (0:
+  // not a member): the queues holding a result to send, and the ranks whose next compute has
+  // its inputs.
+  int pending[max_queues], pending_place[max_queues], pending_count;
+  int ready[max_ranks], ready_place[max_ranks], ready_count;
   int received[2 * max_slots];                    // [kind * slots + stage * M + mb] of the consumer
   int needs[max_ranks][max_actions_per_rank];     // per compute: 0, or 1 + index into received
   int produces[max_ranks][max_actions_per_rank];  // per compute: -1, or the queue of its send
   int queue[max_queues][max_actions_per_rank];    // producing step of each unsent result
+  StageLookup stages;
+
+  /// Adds queue q to `pending` (it was empty and now holds a result).
+  constexpr void add_pending(int q) {
+    pending[pending_count] = q;
+    pending_place[q] = ++pending_count;
+  }
+  /// Removes queue q from `pending` (its last result was sent).
+  constexpr void remove_pending(int q) {
+    const int place = pending_place[q] - 1, last = pending[--pending_count];
+    pending[place] = last;
+    pending_place[last] = place + 1;
+    pending_place[q] = 0;
+  }
+  /// Puts rank r in `ready` or takes it out, as its next compute of `in` has its inputs or not.
+  constexpr void update_ready(const ScheduleTable& in, int r) {
+    const int k = pc[r];
+    const bool is_ready = k < in.length[r] && (needs[r][k] == 0 || received[needs[r][k] - 1]);
+    if (is_ready && ready_place[r] == 0) {
+      ready[ready_count] = r;
+      ready_place[r] = ++ready_count;
+    } else if (!is_ready && ready_place[r] != 0) {
+      const int place = ready_place[r] - 1, last = ready[--ready_count];
+      ready[place] = last;
+      ready_place[last] = place + 1;
+      ready_place[r] = 0;
+    }
+  }
 };
 
 /// Rendezvous lowering: replays the compute table under the cost model and emits each transfer
@@ -138,15 +178,12 @@ constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, con
     }
   return with_state<RendezvousState>([&](RendezvousState& st) {
     constexpr int never = RendezvousState::never;
+    st.stages.fill(in.placement, costs);
     const int queues = 2 * P * V;
     for (int q = 0; q < queues; ++q) {
       const int r = q / (2 * V), kind = (q / V) % 2, chunk = q % V;
-      const int to = remote_neighbour(in, in.stage_of(r, chunk), kind == 0 ? +1 : -1);
-      st.peer_of_queue[q] = to;
-      st.transfer_at[q] = never;
-      if (to < 0) continue;
-      st.around[r][st.around_count[r]++] = q;
-      st.around[to][st.around_count[to]++] = q;
+      st.peer_of_queue[q] =
+          peer_towards(in, st.stages, in.placement.stage_at[r][chunk], kind == 0 ? +1 : -1);
     }
     for (int r = 0; r < P; ++r) {
       for (int k = 0; k < in.length[r]; ++k) {
@@ -155,64 +192,59 @@ constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, con
         st.produces[r][k] = -1;
         if (c.op == Op::W) continue;
         const bool forward = c.op == Op::F;
-        if (remote_neighbour(in, s, forward ? -1 : +1) >= 0)
+        if ((forward ? st.stages.previous_peer[s] : st.stages.next_peer[s]) >= 0)
           st.needs[r][k] = 1 + (forward ? 0 : slots) + id;
-        if (remote_neighbour(in, s, forward ? +1 : -1) >= 0)
+        if ((forward ? st.stages.next_peer[s] : st.stages.previous_peer[s]) >= 0)
           st.produces[r][k] = (r * 2 + (forward ? 0 : 1)) * V + c.chunk;
       }
-      st.ready_at[r] = in.length[r] > 0 && st.needs[r][0] == 0 ? 0 : never;
+      st.update_ready(in, r);
     }
     for (;;) {
-      int best = -1, best_start = never, best_queue = -1;
-      for (int q = 0; q < queues; ++q)
-        if (st.transfer_at[q] < best_start) {
+      // The earliest transfer (the lowest queue on a tie), then a compute that starts before it
+      // (the lowest rank on a tie): a transfer starts when both its ranks are free.
+      int best_queue = -1, best_start = never;
+      for (int i = 0; i < st.pending_count; ++i) {
+        const int q = st.pending[i], from = st.clock[q / (2 * V)],
+                  to = st.clock[st.peer_of_queue[q]];
+        const int start = from > to ? from : to;
+        if (start < best_start || (start == best_start && q < best_queue)) {
           best_queue = q;
-          best_start = st.transfer_at[q];
+          best_start = start;
         }
-      for (int r = 0; r < P; ++r)
-        if (st.ready_at[r] < best_start) {
+      }
+      int best = -1, best_clock = best_start;
+      for (int i = 0; i < st.ready_count; ++i) {
+        const int r = st.ready[i], clock = st.clock[r];
+        if (clock < best_clock || (best >= 0 && clock == best_clock && r < best)) {
           best = r;
-          best_start = st.ready_at[r];
+          best_clock = clock;
         }
-      int touched[2] = {-1, -1};
+      }
       if (best >= 0) {
         const int k = st.pc[best]++;
         const Action& c = in.actions[best][k];
         out.actions[best][out.length[best]++] = c;
-        st.clock[best] += costs.of(c.op, c.stage);
+        st.clock[best] += st.stages.duration[c.stage][static_cast<int>(c.op)];
         const int q = st.produces[best][k];
-        if (q >= 0) st.queue[q][st.tail[q]++] = k;
-        touched[0] = best;
+        if (q >= 0) {
+          if (st.head[q] == st.tail[q]) st.add_pending(q);
+          st.queue[q][st.tail[q]++] = k;
+        }
+        st.update_ready(in, best);
       } else if (best_queue >= 0) {
         const int q = best_queue, a = q / (2 * V), kind = (q / V) % 2, b = st.peer_of_queue[q];
         const Action& produced = in.actions[a][st.queue[q][st.head[q]++]];
+        if (st.head[q] == st.tail[q]) st.remove_pending(q);
         const int dst_stage = kind == 0 ? produced.stage + 1 : produced.stage - 1;
         emit(out, a, kind == 0 ? Op::SEND_F : Op::SEND_B, produced.micro_batch, produced.chunk, b);
         emit(out, b, kind == 0 ? Op::RECV_F : Op::RECV_B, produced.micro_batch,
-             in.chunk_of(dst_stage), a);
+             in.placement.chunk_of_stage[dst_stage], a);
         st.clock[a] = best_start + costs.comm;
         st.clock[b] = best_start + costs.comm;
         st.received[kind * slots + dst_stage * M + produced.micro_batch] = 1;
-        touched[0] = a;
-        touched[1] = b;
+        st.update_ready(in, b);
       } else {
         break;
-      }
-      for (int i = 0; i < 2; ++i) {
-        const int r = touched[i];
-        if (r < 0) continue;
-        // The rank's next compute, and the queues whose transfer start depends on its clock.
-        const int k = st.pc[r];
-        st.ready_at[r] =
-            k < in.length[r] && (st.needs[r][k] == 0 || st.received[st.needs[r][k] - 1])
-                ? st.clock[r]
-                : never;
-        for (int j = 0; j < st.around_count[r]; ++j) {
-          const int q = st.around[r][j], from = q / (2 * V), to = st.peer_of_queue[q];
-          st.transfer_at[q] = st.head[q] == st.tail[q]        ? never
-                              : st.clock[from] > st.clock[to] ? st.clock[from]
-                                                              : st.clock[to];
-        }
       }
     }
     for (int r = 0; r < P; ++r)

@@ -85,8 +85,10 @@ struct ScheduleTable {
 namespace detail {
 
 /// Appends without checks: for generators and lowering, whose capacity init_table() validated.
+/// `rank` and `chunk` must be in range: the stage is read from the placement unchecked.
 constexpr void emit(ScheduleTable& t, int rank, Op op, int micro_batch, int chunk, int peer = -1) {
-  t.actions[rank][t.length[rank]++] = Action{op, micro_batch, chunk, t.stage_of(rank, chunk), peer};
+  t.actions[rank][t.length[rank]++] =
+      Action{op, micro_batch, chunk, t.placement.stage_at[rank][chunk], peer};
 }
 
 /// Validates (P, M, V) against the limits and prepares an empty table. `actions_per_unit` is the

@@ -46,16 +46,30 @@ constexpr void fill_v_shape_block(ScheduleTable& t, const VShapeBlock& block) {
     const int p = t.ranks, m = t.micro_batches, stages = 2 * p;
     constexpr Op kinds[4] = {Op::F, Op::F, Op::I, Op::I};
     constexpr int chunks[4] = {0, 1, 1, 0};
-    // 1. The block repeated: walk the steps in order, and take the pass (if any) at each.
+    // 1. The block repeated. Pass j runs at steps offset[r][j] + 6k: in round R = offset / 6 + k
+    //    at phase offset % 6. Within a round the passes go by phase (a tie: by j, as one step).
     for (int r = 0; r < p; ++r) {
-      int count = 0, last = 0;
-      for (int j = 0; j < 4; ++j) last = block.offset[r][j] > last ? block.offset[r][j] : last;
-      last += 6 * (m - 1);
-      for (int step = 0; step <= last && count < 4 * m; ++step)
-        for (int j = 0; j < 4; ++j) {
-          const int since = step - block.offset[r][j];
-          if (since < 0 || since % 6 != 0 || since / 6 >= m) continue;
-          st.order[r][count++] = Action{kinds[j], since / 6, chunks[j], t.stage_of(r, chunks[j])};
+      int base[4], phase[4], by_phase[4] = {0, 1, 2, 3}, rounds = 0;
+      bool negative = false;
+      for (int j = 0; j < 4; ++j) {
+        const int offset = block.offset[r][j];
+        negative = negative || offset < 0;
+        base[j] = offset / 6;
+        phase[j] = offset % 6;
+        rounds = base[j] + m > rounds ? base[j] + m : rounds;
+      }
+      for (int i = 1; i < 4; ++i)  // insertion sort: stable, so ties stay in j order
+        for (int j = i; j > 0 && phase[by_phase[j - 1]] > phase[by_phase[j]]; --j) {
+          const int swap = by_phase[j];
+          by_phase[j] = by_phase[j - 1];
+          by_phase[j - 1] = swap;
+        }
+      int count = 0;
+      for (int round = 0; round < rounds && !negative; ++round)
+        for (const int j : by_phase) {
+          const int k = round - base[j];
+          if (k < 0 || k >= m) continue;
+          st.order[r][count++] = Action{kinds[j], k, chunks[j], t.placement.stage_at[r][chunks[j]]};
         }
       if (count != 4 * m) {
         t.error << "mpp: " << t.ranks << "-rank V-shape building block has two passes at one step "
@@ -67,15 +81,20 @@ constexpr void fill_v_shape_block(ScheduleTable& t, const VShapeBlock& block) {
     int remaining = 6 * p * m;
     for (int step = 0; remaining > 0 && step <= 6 * p * m; ++step) {
       for (int r = 0; r < p; ++r) {
-        const auto done_by = [&](int end) { return end != 0 && end <= step; };  // end: step + 1
+        // Ends are stored as step + 1: done by now when 0 < end <= step.
         bool ready = false;
         const Action* a = nullptr;
         if (st.next[r] < 4 * m) {
           a = &st.order[r][st.next[r]];
           const int s = a->stage, k = a->micro_batch;
-          ready = a->op == Op::F ? s == 0 || done_by(st.forward_end[s - 1][k])
-                                 : done_by(st.forward_end[s][k]) &&
-                                       (s == stages - 1 || done_by(st.input_grad_end[s + 1][k]));
+          if (a->op == Op::F) {
+            const int input = s == 0 ? 0 : st.forward_end[s - 1][k];
+            ready = s == 0 || (input != 0 && input <= step);
+          } else {
+            const int own = st.forward_end[s][k];
+            const int grad = s == stages - 1 ? 0 : st.input_grad_end[s + 1][k];
+            ready = own != 0 && own <= step && (s == stages - 1 || (grad != 0 && grad <= step));
+          }
         }
         const bool has_w = st.pending_head[r] < st.pending_tail[r];
         if (ready && (a->op == Op::I || st.in_flight[r] < block.cap || !has_w)) {
@@ -87,12 +106,14 @@ constexpr void fill_v_shape_block(ScheduleTable& t, const VShapeBlock& block) {
             st.input_grad_end[s][k] = step + 1;
             st.pending_w[r][st.pending_tail[r]++] = a->chunk * m + k;
           }
-          emit(t, r, a->op, k, a->chunk);
+          t.actions[r][t.length[r]++] = *a;
           ++st.next[r];
         } else if (has_w) {
           const int entry = st.pending_w[r][st.pending_head[r]++];
+          const int chunk = entry / m;
           --st.in_flight[r];
-          emit(t, r, Op::W, entry % m, entry / m);
+          t.actions[r][t.length[r]++] =
+              Action{Op::W, entry % m, chunk, t.placement.stage_at[r][chunk]};
         } else {
           continue;  // idle this step
         }

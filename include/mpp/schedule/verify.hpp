@@ -6,6 +6,7 @@
 
 #include "mpp/schedule/core_sharing.hpp"
 #include "mpp/schedule/cost_model.hpp"
+#include "mpp/schedule/stage_lookup.hpp"
 #include "mpp/schedule/table.hpp"
 #include "mpp/schedule/timed_event.hpp"
 
@@ -176,6 +177,7 @@ struct Ledger {
   int posted_f[max_slots], posted_b[max_slots];  // buffered: when the RECV was posted
   int sent_f[max_slots], sent_b[max_slots];      // buffered: when the SEND was posted
   CoreSharing sharing;  // ranks on fewer cores than ranks: when their computes end
+  StageLookup stages;   // each stage's neighbours and costs, filled before the static pass
 };
 
 /// Static rules, rank by rank in table order; fills the ledger and peak in-flight.
@@ -193,7 +195,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
         out.message << "micro-batch must be in [0, " << M << ") and chunk in [0, " << V << ")";
         return false;
       }
-      if (s != t.stage_of(r, a.chunk)) {
+      if (s != t.placement.stage_at[r][a.chunk]) {
         reject(out, Rule::stage_map, r, k, a);
         out.message << "chunk " << a.chunk << " on rank " << r << " is stage "
                     << t.stage_of(r, a.chunk) << " (placement: " << describe(t.placement).view()
@@ -226,11 +228,11 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
                       << " stage to talk to";
           return false;
         }
-        if (a.peer != t.rank_of(other) || a.peer == r) {
+        const int holder = t.placement.rank_of_stage[other];
+        if (a.peer != holder || a.peer == r) {
           reject(out, Rule::comm_endpoint, r, k, a);
-          out.message << "stage " << other << " lives on rank " << t.rank_of(other)
-                      << ", not on rank " << a.peer
-                      << (a.peer == r ? " (a rank does not message itself)" : "");
+          out.message << "stage " << other << " lives on rank " << holder << ", not on rank "
+                      << a.peer << (a.peer == r ? " (a rank does not message itself)" : "");
           return false;
         }
         if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
@@ -285,7 +287,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
           return false;
         }
         if (s > 0) {
-          if (t.placement.link(s, -1).is_same_rank()) {
+          if (L.stages.previous_same_rank[s]) {
             if (L.forward_step[id - M] == 0) {
               reject(out, Rule::dependency_order, r, k, a);
               out.message << "F(stage " << s - 1 << ", mb " << mb
@@ -329,7 +331,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
           return false;
         }
         if (s < S - 1) {
-          if (t.placement.link(s, +1).is_same_rank()) {
+          if (L.stages.next_same_rank[s]) {
             if (L.backward_kind[id + M] == 0) {
               reject(out, Rule::dependency_order, r, k, a);
               out.message << "the backward of (stage " << s + 1 << ", mb " << mb
@@ -448,7 +450,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
           int ready = L.clock[r];
           if (op == Op::F && s > 0) {
             int dep;
-            if (t.placement.link(s, -1).is_same_rank())
+            if (L.stages.previous_same_rank[s])
               dep = L.forward_end[id - M];
             else if (lowered)
               dep = L.arrival_f[id];
@@ -458,7 +460,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
             if (dep - 1 > ready) ready = dep - 1;
           } else if ((op == Op::B || op == Op::I) && s < S - 1) {
             int dep;
-            if (t.placement.link(s, +1).is_same_rank())
+            if (L.stages.next_same_rank[s])
               dep = L.backward_end[id + M];
             else if (lowered)
               dep = L.arrival_b[id];
@@ -467,7 +469,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
             if (dep == 0) break;
             if (dep - 1 > ready) ready = dep - 1;
           }
-          const int cost = costs.of(op, s);
+          const int cost = L.stages.duration[s][static_cast<int>(op)];
           int end = ready + cost;
           if (shared && !L.sharing.run(r, ready, cost, end)) break;  // ends on the shared clock
           if (op == Op::F)
@@ -588,13 +590,13 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
   if (lowered && !rendezvous) {
     for (int id = 0; id < slots; ++id) {
       if (L.sent_f[id] != 0) {
-        const int r = t.rank_of(id / M - 1);
+        const int r = t.placement.rank_of_stage[id / M - 1];
         int done = L.sent_f[id] - 1 + comm;
         if (L.posted_f[id] - 1 > done) done = L.posted_f[id] - 1;
         if (done > L.finish[r]) L.finish[r] = done;
       }
       if (L.sent_b[id] != 0) {
-        const int r = t.rank_of(id / M + 1);
+        const int r = t.placement.rank_of_stage[id / M + 1];
         int done = L.sent_b[id] - 1 + comm;
         if (L.posted_b[id] - 1 > done) done = L.posted_b[id] - 1;
         if (done > L.finish[r]) L.finish[r] = done;
@@ -644,6 +646,7 @@ constexpr void verify_into(VerifyResult& out, const ScheduleTable& t, CommSemant
     return;
   }
   with_state<Ledger>([&](Ledger& ledger) {
+    ledger.stages.fill(t.placement, costs);
     if (!check_static(t, ledger, out)) return 0;
     if (!check_complete(t, ledger, out)) return 0;
     if (static_rules_only) {
