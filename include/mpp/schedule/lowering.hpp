@@ -117,12 +117,12 @@ struct RendezvousState {
   // One queue per (rank, kind, chunk): [(rank * 2 + kind) * V + chunk], kind 0: F to the next
   // stage's rank, 1: B to the previous stage's rank.
   int head[max_queues], tail[max_queues];
-  int peer_of_queue[max_queues];  // the receiving rank, or -1 (no such stage, or local)
-  // The two sets an event is chosen from, each in no order, with each member's place + 1 (0:
-  // not a member): the queues holding a result to send, and the ranks whose next compute has
-  // its inputs.
+  int sender_of_queue[max_queues];  // the sending rank
+  int peer_of_queue[max_queues];    // the receiving rank, or -1 (no such stage, or local)
+  // What an event is chosen from: the queues holding a result to send (in no order, with each
+  // one's place + 1, 0 when it is empty), and the ranks whose next compute has its inputs.
   int pending[max_queues], pending_place[max_queues], pending_count;
-  int ready[max_ranks], ready_place[max_ranks], ready_count;
+  bool ready[max_ranks];
   int received[2 * max_slots];                    // [kind * slots + stage * M + mb] of the consumer
   int needs[max_ranks][max_actions_per_rank];     // per compute: 0, or 1 + index into received
   int produces[max_ranks][max_actions_per_rank];  // per compute: -1, or the queue of its send
@@ -141,21 +141,100 @@ struct RendezvousState {
     pending_place[last] = place + 1;
     pending_place[q] = 0;
   }
-  /// Puts rank r in `ready` or takes it out, as its next compute of `in` has its inputs or not.
+  /// Marks rank r ready or not, as its next compute of `in` has its inputs or not.
   constexpr void update_ready(const ScheduleTable& in, int r) {
     const int k = pc[r];
-    const bool is_ready = k < in.length[r] && (needs[r][k] == 0 || received[needs[r][k] - 1]);
-    if (is_ready && ready_place[r] == 0) {
-      ready[ready_count] = r;
-      ready_place[r] = ++ready_count;
-    } else if (!is_ready && ready_place[r] != 0) {
-      const int place = ready_place[r] - 1, last = ready[--ready_count];
-      ready[place] = last;
-      ready_place[last] = place + 1;
-      ready_place[r] = 0;
-    }
+    ready[r] = k < in.length[r] && (needs[r][k] == 0 || received[needs[r][k] - 1]);
   }
 };
+
+/// The events of the rendezvous lowering (lower_rendezvous), on a zeroed `st`; false if a
+/// compute of `in` is out of range or not a compute, or if the table cannot run at all.
+constexpr bool rendezvous_events(ScheduleTable& out, const ScheduleTable& in, const Costs& costs,
+                                 RendezvousState& st) {
+  constexpr int never = RendezvousState::never;
+  const int P = in.ranks, M = in.micro_batches, V = in.chunks_per_rank, slots = P * V * M;
+  if (in.placement.ranks != P || in.placement.chunks_per_rank != V) return false;
+  st.stages.fill(in.placement, costs);
+  const int queues = 2 * P * V;
+  for (int q = 0; q < queues; ++q) {
+    const int r = q / (2 * V), kind = (q / V) % 2, chunk = q % V;
+    st.sender_of_queue[q] = r;
+    st.peer_of_queue[q] =
+        peer_towards(in, st.stages, in.placement.stage_at[r][chunk], kind == 0 ? +1 : -1);
+  }
+  for (int r = 0; r < P; ++r) {
+    for (int k = 0; k < in.length[r]; ++k) {
+      const Action& c = in.actions[r][k];
+      const int s = c.stage, mb = c.micro_batch, chunk = c.chunk, op = static_cast<int>(c.op);
+      // Ranges only; the verifier checks the rest.
+      if (mb < 0 || mb >= M || chunk < 0 || chunk >= V || s != in.placement.stage_at[r][chunk] ||
+          op < 0 || op > static_cast<int>(Op::W))
+        return false;
+      st.produces[r][k] = -1;
+      if (c.op == Op::W) continue;
+      const bool forward = c.op == Op::F;
+      if ((forward ? st.stages.previous_peer[s] : st.stages.next_peer[s]) >= 0)
+        st.needs[r][k] = 1 + (forward ? 0 : slots) + s * M + mb;
+      if ((forward ? st.stages.next_peer[s] : st.stages.previous_peer[s]) >= 0)
+        st.produces[r][k] = (r * 2 + (forward ? 0 : 1)) * V + chunk;
+    }
+    st.update_ready(in, r);
+  }
+  for (;;) {
+    // The earliest transfer (the lowest queue on a tie), then a compute that starts before it
+    // (the lowest rank on a tie): a transfer starts when both its ranks are free.
+    int best_queue = -1, best_start = never;
+    for (int i = 0; i < st.pending_count; ++i) {
+      const int q = st.pending[i], from = st.clock[st.sender_of_queue[q]],
+                to = st.clock[st.peer_of_queue[q]];
+      const int start = from > to ? from : to;
+      if (start < best_start || (start == best_start && q < best_queue)) {
+        best_queue = q;
+        best_start = start;
+      }
+    }
+    int best = -1, best_clock = best_start;
+    for (int r = 0; r < P; ++r)
+      if (st.ready[r] && st.clock[r] < best_clock) {
+        best = r;
+        best_clock = st.clock[r];
+      }
+    if (best >= 0) {
+      const int k = st.pc[best]++;
+      const Action& c = in.actions[best][k];
+      out.actions[best][out.length[best]++] = c;
+      st.clock[best] += st.stages.duration[c.stage][static_cast<int>(c.op)];
+      const int q = st.produces[best][k];
+      if (q >= 0) {
+        if (st.head[q] == st.tail[q]) st.add_pending(q);
+        st.queue[q][st.tail[q]++] = k;
+      }
+      st.update_ready(in, best);
+    } else if (best_queue >= 0) {
+      const int q = best_queue, a = st.sender_of_queue[q], kind = (q / V) % 2,
+                b = st.peer_of_queue[q];
+      const Action& produced = in.actions[a][st.queue[q][st.head[q]++]];
+      if (st.head[q] == st.tail[q]) st.remove_pending(q);
+      const int mb = produced.micro_batch,
+                dst_stage = kind == 0 ? produced.stage + 1 : produced.stage - 1;
+      out.actions[a][out.length[a]++] =
+          Action{kind == 0 ? Op::SEND_F : Op::SEND_B, mb, produced.chunk, produced.stage, b};
+      out.actions[b][out.length[b]++] =
+          Action{kind == 0 ? Op::RECV_F : Op::RECV_B, mb, in.placement.chunk_of_stage[dst_stage],
+                 dst_stage, a};
+      st.clock[a] = best_start + costs.comm;
+      st.clock[b] = best_start + costs.comm;
+      st.received[kind * slots + dst_stage * M + mb] = 1;
+      st.update_ready(in, b);
+    } else {
+      break;
+    }
+  }
+  for (int r = 0; r < P; ++r)
+    if (st.pc[r] < in.length[r]) return false;
+  return true;
+}
 
 /// Rendezvous lowering: replays the compute table under the cost model and emits each transfer
 /// when both its sender and its receiver are between computes, earliest first (transfers before
@@ -166,91 +245,9 @@ struct RendezvousState {
 /// Returns false if the compute table cannot run at all (the caller falls back to lower_in_order).
 constexpr bool lower_rendezvous(ScheduleTable& out, const ScheduleTable& in, const Costs& costs) {
   if (!copy_header(out, in, CommSemantics::rendezvous)) return true;
-  const int P = in.ranks, M = in.micro_batches, V = in.chunks_per_rank, S = in.stages(),
-            slots = S * M;
-  if (slots > max_slots) return false;
-  for (int r = 0; r < P; ++r)
-    for (int k = 0; k < in.length[r]; ++k) {  // ranges only; the verifier checks the rest
-      const Action& a = in.actions[r][k];
-      if (a.micro_batch < 0 || a.micro_batch >= M || a.chunk < 0 || a.chunk >= V ||
-          a.stage != in.stage_of(r, a.chunk) || !is_compute(a.op))
-        return false;
-    }
-  return with_state<RendezvousState>([&](RendezvousState& st) {
-    constexpr int never = RendezvousState::never;
-    st.stages.fill(in.placement, costs);
-    const int queues = 2 * P * V;
-    for (int q = 0; q < queues; ++q) {
-      const int r = q / (2 * V), kind = (q / V) % 2, chunk = q % V;
-      st.peer_of_queue[q] =
-          peer_towards(in, st.stages, in.placement.stage_at[r][chunk], kind == 0 ? +1 : -1);
-    }
-    for (int r = 0; r < P; ++r) {
-      for (int k = 0; k < in.length[r]; ++k) {
-        const Action& c = in.actions[r][k];
-        const int s = c.stage, id = s * M + c.micro_batch;
-        st.produces[r][k] = -1;
-        if (c.op == Op::W) continue;
-        const bool forward = c.op == Op::F;
-        if ((forward ? st.stages.previous_peer[s] : st.stages.next_peer[s]) >= 0)
-          st.needs[r][k] = 1 + (forward ? 0 : slots) + id;
-        if ((forward ? st.stages.next_peer[s] : st.stages.previous_peer[s]) >= 0)
-          st.produces[r][k] = (r * 2 + (forward ? 0 : 1)) * V + c.chunk;
-      }
-      st.update_ready(in, r);
-    }
-    for (;;) {
-      // The earliest transfer (the lowest queue on a tie), then a compute that starts before it
-      // (the lowest rank on a tie): a transfer starts when both its ranks are free.
-      int best_queue = -1, best_start = never;
-      for (int i = 0; i < st.pending_count; ++i) {
-        const int q = st.pending[i], from = st.clock[q / (2 * V)],
-                  to = st.clock[st.peer_of_queue[q]];
-        const int start = from > to ? from : to;
-        if (start < best_start || (start == best_start && q < best_queue)) {
-          best_queue = q;
-          best_start = start;
-        }
-      }
-      int best = -1, best_clock = best_start;
-      for (int i = 0; i < st.ready_count; ++i) {
-        const int r = st.ready[i], clock = st.clock[r];
-        if (clock < best_clock || (best >= 0 && clock == best_clock && r < best)) {
-          best = r;
-          best_clock = clock;
-        }
-      }
-      if (best >= 0) {
-        const int k = st.pc[best]++;
-        const Action& c = in.actions[best][k];
-        out.actions[best][out.length[best]++] = c;
-        st.clock[best] += st.stages.duration[c.stage][static_cast<int>(c.op)];
-        const int q = st.produces[best][k];
-        if (q >= 0) {
-          if (st.head[q] == st.tail[q]) st.add_pending(q);
-          st.queue[q][st.tail[q]++] = k;
-        }
-        st.update_ready(in, best);
-      } else if (best_queue >= 0) {
-        const int q = best_queue, a = q / (2 * V), kind = (q / V) % 2, b = st.peer_of_queue[q];
-        const Action& produced = in.actions[a][st.queue[q][st.head[q]++]];
-        if (st.head[q] == st.tail[q]) st.remove_pending(q);
-        const int dst_stage = kind == 0 ? produced.stage + 1 : produced.stage - 1;
-        emit(out, a, kind == 0 ? Op::SEND_F : Op::SEND_B, produced.micro_batch, produced.chunk, b);
-        emit(out, b, kind == 0 ? Op::RECV_F : Op::RECV_B, produced.micro_batch,
-             in.placement.chunk_of_stage[dst_stage], a);
-        st.clock[a] = best_start + costs.comm;
-        st.clock[b] = best_start + costs.comm;
-        st.received[kind * slots + dst_stage * M + produced.micro_batch] = 1;
-        st.update_ready(in, b);
-      } else {
-        break;
-      }
-    }
-    for (int r = 0; r < P; ++r)
-      if (st.pc[r] < in.length[r]) return false;
-    return true;
-  });
+  if (in.stages() * in.micro_batches > max_slots) return false;
+  return with_state<RendezvousState>(
+      [&](RendezvousState& st) { return rendezvous_events(out, in, costs, st); });
 }
 
 }  // namespace detail
