@@ -40,7 +40,8 @@ constexpr void fill_zero_bubble_v(ScheduleTable& t) {
     int remaining = 6 * p * m;
     for (int step = 0; remaining > 0; ++step) {
       for (int r = 0; r < p; ++r) {
-        const auto done_by = [&](int end) { return end != 0 && end <= step; };  // end: step + 1
+        // Ends are stored as step + 1: done by now when 0 < end <= step. The placement is a V:
+        // both chunks of every rank exist.
         Op op = Op::F;
         int chunk = -1, mb = -1;
         // F: the deeper chunk first, while the rank holds fewer than 2P chunk activations.
@@ -48,8 +49,11 @@ constexpr void fill_zero_bubble_v(ScheduleTable& t) {
           for (int c = 1; c >= 0 && chunk < 0; --c) {
             const int k = st.next_forward[r][c];
             if (k >= m) continue;
-            const int s = t.stage_of(r, c);
-            if (s > 0 && !done_by(st.forward_end[s - 1][k])) continue;
+            const int s = t.placement.stage_at[r][c];
+            if (s > 0) {
+              const int input = st.forward_end[s - 1][k];
+              if (input == 0 || input > step) continue;
+            }
             op = Op::F;
             chunk = c;
             mb = k;
@@ -59,9 +63,12 @@ constexpr void fill_zero_bubble_v(ScheduleTable& t) {
         for (int c = 1; c >= 0 && (chunk < 0 || op == Op::I); --c) {
           const int k = st.next_input_grad[r][c];
           if (k >= m) continue;
-          const int s = t.stage_of(r, c);
-          if (s < 0 || !done_by(st.forward_end[s][k])) continue;
-          if (s < stages - 1 && !done_by(st.input_grad_end[s + 1][k])) continue;
+          const int s = t.placement.stage_at[r][c], forward = st.forward_end[s][k];
+          if (forward == 0 || forward > step) continue;
+          if (s < stages - 1) {
+            const int grad = st.input_grad_end[s + 1][k];
+            if (grad == 0 || grad > step) continue;
+          }
           if (chunk < 0 || k < mb) {
             op = Op::I;
             chunk = c;
@@ -74,8 +81,8 @@ constexpr void fill_zero_bubble_v(ScheduleTable& t) {
           chunk = entry / m;
           mb = entry % m;
         }
-        const int s = chunk < 0 ? -1 : t.stage_of(r, chunk);
-        if (s < 0) continue;  // idle this step
+        if (chunk < 0) continue;  // idle this step
+        const int s = t.placement.stage_at[r][chunk];
         if (op == Op::F) {
           st.forward_end[s][mb] = step + 1;
           ++st.next_forward[r][chunk];
@@ -87,7 +94,7 @@ constexpr void fill_zero_bubble_v(ScheduleTable& t) {
         } else {
           --st.in_flight[r];
         }
-        emit(t, r, op, mb, chunk);
+        t.actions[r][t.length[r]++] = Action{op, mb, chunk, s};
         --remaining;
       }
     }
