@@ -184,18 +184,23 @@ struct Ledger {
 constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out) {
   const int P = t.ranks, M = t.micro_batches, V = t.chunks_per_rank, S = P * V;
   const bool lowered = t.lowered;
+  constexpr int forward_op = static_cast<int>(Op::F), backward_op = static_cast<int>(Op::B),
+                weight_grad_op = static_cast<int>(Op::W), send_f = static_cast<int>(Op::SEND_F),
+                send_b = static_cast<int>(Op::SEND_B), recv_f = static_cast<int>(Op::RECV_F),
+                recv_b = static_cast<int>(Op::RECV_B);
   for (int r = 0; r < P; ++r) {
     int in_flight = 0, peak = 0;
     const int n = t.length[r];
     for (int k = 0; k < n; ++k) {
       const Action& a = t.actions[r][k];
-      const int op = static_cast<int>(a.op), mb = a.micro_batch, s = a.stage;
-      if (op < 0 || op >= op_count || mb < 0 || mb >= M || a.chunk < 0 || a.chunk >= V) {
+      const int op = static_cast<int>(a.op), mb = a.micro_batch, s = a.stage, chunk = a.chunk,
+                peer = a.peer;
+      if (op < 0 || op >= op_count || mb < 0 || mb >= M || chunk < 0 || chunk >= V) {
         reject(out, Rule::stage_map, r, k, a);
         out.message << "micro-batch must be in [0, " << M << ") and chunk in [0, " << V << ")";
         return false;
       }
-      if (s != t.placement.stage_at[r][a.chunk]) {
+      if (s != t.placement.stage_at[r][chunk]) {
         reject(out, Rule::stage_map, r, k, a);
         out.message << "chunk " << a.chunk << " on rank " << r << " is stage "
                     << t.stage_of(r, a.chunk) << " (placement: " << describe(t.placement).view()
@@ -220,7 +225,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
               << "a compute-only table holds a communication action; mark it lowered or remove it";
           return false;
         }
-        const bool to_next = a.op == Op::SEND_F || a.op == Op::RECV_B;
+        const bool to_next = op == send_f || op == recv_b;
         const int other = to_next ? s + 1 : s - 1;
         if (other < 0 || other >= S) {
           reject(out, Rule::comm_endpoint, r, k, a);
@@ -229,14 +234,14 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
           return false;
         }
         const int holder = t.placement.rank_of_stage[other];
-        if (a.peer != holder || a.peer == r) {
+        if (peer != holder || peer == r) {
           reject(out, Rule::comm_endpoint, r, k, a);
           out.message << "stage " << other << " lives on rank " << holder << ", not on rank "
                       << a.peer << (a.peer == r ? " (a rank does not message itself)" : "");
           return false;
         }
-        if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
-          const bool fwd = a.op == Op::SEND_F;
+        if (op == send_f || op == send_b) {
+          const bool fwd = op == send_f;
           if (fwd ? L.forward_step[id] == 0 : L.backward_kind[id] == 0) {
             reject(out, Rule::send_after_compute, r, k, a);
             out.message << "it sends the result of " << (fwd ? "F" : "the backward") << "(stage "
@@ -252,7 +257,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
                         << "; send it once";
             return false;
           }
-          const int seq = L.channel_seq[((r * P + a.peer) * 2 + (fwd ? 0 : 1)) * 2]++;
+          const int seq = L.channel_seq[((r * P + peer) * 2 + (fwd ? 0 : 1)) * 2]++;
           if (fwd) {
             L.send_f_step[dst] = k + 1;
             L.send_f_seq[dst] = seq;
@@ -261,7 +266,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
             L.send_b_seq[dst] = seq;
           }
         } else {
-          const bool fwd = a.op == Op::RECV_F;
+          const bool fwd = op == recv_f;
           const int earlier = fwd ? L.recv_f_step[id] : L.recv_b_step[id];
           if (earlier != 0) {
             reject(out, Rule::exactly_once, r, k, a);
@@ -269,7 +274,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
                         << "; receive it once";
             return false;
           }
-          const int seq = L.channel_seq[((a.peer * P + r) * 2 + (fwd ? 0 : 1)) * 2 + 1]++;
+          const int seq = L.channel_seq[((peer * P + r) * 2 + (fwd ? 0 : 1)) * 2 + 1]++;
           if (fwd) {
             L.recv_f_step[id] = k + 1;
             L.recv_f_seq[id] = seq;
@@ -280,7 +285,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
         }
         continue;
       }
-      if (a.op == Op::F) {
+      if (op == forward_op) {
         if (L.forward_step[id] != 0) {
           reject(out, Rule::exactly_once, r, k, a);
           out.message << "F of (stage " << s << ", mb " << mb << ") runs a second time; remove one";
@@ -303,7 +308,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
         }
         L.forward_step[id] = k + 1;
         if (++in_flight > peak) peak = in_flight;
-      } else if (a.op == Op::W) {
+      } else if (op == weight_grad_op) {
         if (L.weight_done[id] != 0) {
           reject(out, Rule::exactly_once, r, k, a);
           out.message << "the weight grad of (stage " << s << ", mb " << mb
@@ -345,7 +350,7 @@ constexpr bool check_static(const ScheduleTable& t, Ledger& L, VerifyResult& out
             return false;
           }
         }
-        if (a.op == Op::B) {
+        if (op == backward_op) {
           L.backward_kind[id] = 1;
           L.weight_done[id] = 1;
           --in_flight;
@@ -446,7 +451,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
         const Action& a = t.actions[r][L.pc[r]];
         const int s = a.stage, id = s * M + a.micro_batch;
         const Op op = a.op;
-        if (op == Op::F || op == Op::B || op == Op::I || op == Op::W) {
+        if (static_cast<int>(op) <= static_cast<int>(Op::W)) {  // a compute (ops are in range)
           int ready = L.clock[r];
           if (op == Op::F && s > 0) {
             int dep;
@@ -476,7 +481,7 @@ constexpr bool replay(const ScheduleTable& t, CommSemantics semantics, const Cos
             L.forward_end[id] = end + 1;
           else if (op != Op::W)
             L.backward_end[id] = end + 1;
-          if (out.busy[r] == 0 && L.started[r] == 0) {
+          if (L.started[r] == 0) {
             out.first_start[r] = ready;
             L.started[r] = 1;
           }
