@@ -79,7 +79,7 @@ constexpr void lower_in_order(ScheduleTable& out, const ScheduleTable& in, CommS
                               int receive_lookahead) {
   if (!copy_header(out, in, semantics)) return;
   with_state<StageLookup>([&](StageLookup& stages) {
-    stages.fill(in.placement, Costs{});
+    stages.fill_links(in.placement);
     for (int r = 0; r < in.ranks; ++r) {
       const Action* row = in.actions[r];
       const int n = in.length[r];

@@ -20,9 +20,16 @@ struct StageLookup {
 
   /// Answers for every stage of `placement` (at most mpp::max_stages) under `costs`.
   constexpr void fill(const Placement& placement, const Costs& costs) {
+    fill_links(placement);
+    const int stages = placement.stages() < max_stages ? placement.stages() : max_stages;
+    for (int s = 0; s < stages; ++s)
+      for (int op = 0; op < 4; ++op) duration[s][op] = costs.of(static_cast<Op>(op), s);
+  }
+
+  /// The neighbours alone, for a reader that asks no duration (the buffered lowering).
+  constexpr void fill_links(const Placement& placement) {
     const int stages = placement.stages() < max_stages ? placement.stages() : max_stages;
     for (int s = 0; s < stages; ++s) {
-      for (int op = 0; op < 4; ++op) duration[s][op] = costs.of(static_cast<Op>(op), s);
       const StageLink before = placement.link(s, -1), after = placement.link(s, +1);
       previous_same_rank[s] = before.is_same_rank();
       next_same_rank[s] = after.is_same_rank();
