@@ -179,6 +179,8 @@ trace::StepFigures median_figures(const std::vector<trace::StepFigures>& steps) 
   out.input_grad_us = of([](const trace::StepFigures& f) { return f.input_grad_us; });
   out.weight_grad_us = of([](const trace::StepFigures& f) { return f.weight_grad_us; });
   out.message_latency_us = of([](const trace::StepFigures& f) { return f.message_latency_us; });
+  out.send_overhead_us = of([](const trace::StepFigures& f) { return f.send_overhead_us; });
+  out.recv_overhead_us = of([](const trace::StepFigures& f) { return f.recv_overhead_us; });
   for (std::size_t s = 0; s < out.stage_us.size(); ++s)
     for (std::size_t k = 0; k < 4; ++k)
       out.stage_us[s][k] = of([&](const trace::StepFigures& f) {
