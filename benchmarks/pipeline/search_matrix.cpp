@@ -10,7 +10,8 @@
 //
 // One benchmark iteration is a round: each pipeline runs a few steps in turn, in an order that
 // rotates by one every round, and its round time is the median of its steps. Then each runs a few
-// traced steps, in rotating rounds too (computes in core time where ranks share cores), whose span
+// traced steps, in rotating rounds too, each right after an untraced step of its own as in the
+// timed rounds (computes in core time where ranks share cores), whose span
 // (`<name>_span_ms`: from the last rank's start to the last rank's end, as the verifier replays a
 // step, without the optimizer's step) the predictions are compared with. Counters, per pipeline:
 // the median round time (`<name>_ms`); the verifier's prediction from the costs of this run
@@ -157,8 +158,20 @@ Contestant contestant(const std::string& name, bool searched, const Config& c,
           std::nullopt};
 }
 
-/// Traced steps after the rounds, per pipeline, one of each per round: their medians are the
-/// span and the costs of the run (five, each pipeline's in a row, moved them by a fifth).
+/// One step of `one` (a Contestant or a Measured) as the timed rounds mostly run them, right after
+/// a step of the same pipeline, and its report. A step after another pipeline's starts with that
+/// one's weights and activations in the caches: on the course model at P = 2, its first
+/// micro-batch's forwards took 2 to 3 times as long as the others, and its span 10 to 20 % more.
+template <class Pipeline>
+std::optional<StepReport> warm_step_report(Pipeline& one) {
+  one.step();
+  one.step();
+  return one.report();
+}
+
+/// Traced steps after the rounds, per pipeline, one of each per round (each after an untraced one
+/// of its own, warm_step_report): their medians are the span and the costs of the run (five, each
+/// pipeline's in a row, moved them by a fifth).
 constexpr int traced_steps = 11;
 
 double median(std::vector<double> v) {
@@ -222,8 +235,7 @@ struct TracedSteps {
 /// is outside it), the peak of activations, and the figures its costs are made of. The model
 /// error predicts the step from its own costs on `cores` cores.
 void trace_step(Contestant& one, TracedSteps& into, int cores) {
-  one.step();
-  const auto report = one.report();
+  const auto report = warm_step_report(one);
   if (!report) return;
   const auto& peaks = report->figures.peak_activation_bytes;
   into.span.push_back(report->figures.span_us / 1e3);
@@ -383,8 +395,9 @@ Measured measured(const Config& c, const Group<Shm>& group) {
           {}};
 }
 
-/// Rounds of the cost measurement: one step of each pipeline per round, as many as give the
-/// medians a few seconds of steps on a fast model.
+/// Rounds of the cost measurement: one measured step of each pipeline per round (after one of the
+/// same pipeline, warm_step_report), as many as give the medians a few seconds of steps on a fast
+/// model.
 int measured_rounds(const Config& c) { return c.iterations >= 10 ? 60 : 20; }
 
 /// Writes the costs of `split` (F, I, W and the messages) with the whole backwards of `whole`
@@ -409,8 +422,8 @@ void write_costs(const Measured& whole, const Measured& split, const Config& c, 
       path.c_str());
 }
 
-/// Each model's costs: 1F1B, ZB-H1, interleaved 1F1B and ZB-V in rounds, one step of each per
-/// round in an order that rotates, as the search matrix times its pipelines (a machine that
+/// Each model's costs: 1F1B, ZB-H1, interleaved 1F1B and ZB-V in rounds, one measured step of each
+/// per round in an order that rotates, as the search matrix times its pipelines (a machine that
 /// drifts moves them all alike), and the medians of their figures.
 template <int P>
 void measure_all(const Transports& transports, const std::string& dir, int cores) {
@@ -427,8 +440,7 @@ void measure_all(const Transports& transports, const std::string& dir, int cores
     for (int round = 0; round < rounds; ++round)
       for (std::size_t k = 0; k < all.size(); ++k) {
         Measured& each = all[(k + static_cast<std::size_t>(round)) % all.size()];
-        each.step();
-        if (const auto report = each.report()) each.figures.push_back(report->figures);
+        if (const auto report = warm_step_report(each)) each.figures.push_back(report->figures);
       }
     write_costs(all[0], all[1], *c, P, 1, dir, cores);
     write_costs(all[2], all[3], *c, P, 2, dir, cores);
