@@ -230,10 +230,10 @@ struct TracedSteps {
   std::vector<trace::StepFigures> figures;
 };
 
-/// One more step of `one`, traced (every rank calls report), into `into`: the pipeline's part of
-/// the step, which the prediction is for (the span: every rank in its step; the optimizer's step
-/// is outside it), the peak of activations, and the figures its costs are made of. The model
-/// error predicts the step from its own costs on `cores` cores.
+/// One more traced step of `one` (warm_step_report; every rank calls report), into `into`: the
+/// pipeline's part of the step, which the prediction is for (the span: every rank in its step;
+/// the optimizer's step is outside it), the peak of activations, and the figures its costs are
+/// made of. The model error predicts the step from its own costs on `cores` cores.
 void trace_step(Contestant& one, TracedSteps& into, int cores) {
   const auto report = warm_step_report(one);
   if (!report) return;
