@@ -162,8 +162,8 @@ Contestant contestant(const std::string& name, bool searched, const Config& c,
 /// a step of the same pipeline, and its report. A step after another pipeline's starts with that
 /// one's weights and activations in the caches: on the course model at P = 2, its first
 /// micro-batch's forwards took 2 to 3 times as long as the others, and its span 10 to 20 % more.
-template <class Pipeline>
-std::optional<StepReport> warm_step_report(Pipeline& one) {
+template <class Stepper>
+std::optional<StepReport> warm_step_report(Stepper& one) {
   one.step();
   one.step();
   return one.report();
