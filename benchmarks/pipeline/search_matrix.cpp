@@ -104,10 +104,11 @@ std::string costs_path(const Config& c, int ranks, bool v_shape) {
          (v_shape ? "_v" : "_looped") + ".json";
 }
 
-/// A costs file as the search read it, with its unit.
+/// A costs file as the search read it, with its unit and the step's end after the last action.
 struct MeasuredCosts {
   Costs costs;
   double unit_us = 0.0;
+  double step_end_us = 0.0;
 };
 
 MeasuredCosts read_costs(const std::string& path) {
@@ -118,7 +119,15 @@ MeasuredCosts read_costs(const std::string& path) {
                              "--costs-out <dir>");
   std::stringstream text;
   text << in.rdbuf();
-  return {costs_from_json(text.str()), costs_unit_us(text.str())};
+  return {costs_from_json(text.str()), costs_unit_us(text.str()), costs_step_end_us(text.str())};
+}
+
+/// `plan`'s predicted step in milliseconds under `measured`: the verifier's makespan, then the
+/// step's end.
+double predicted_ms(const Plan& plan, const MeasuredCosts& measured) {
+  return (verify(plan.table, plan.semantics(), measured.costs).makespan * measured.unit_us +
+          measured.step_end_us) /
+         1e3;
 }
 
 /// One pipeline of the comparison, type-erased: its steps, its report and its prediction.
@@ -146,12 +155,12 @@ Contestant contestant(const std::string& name, bool searched, const Config& c,
   const bool v_shape = Sched::chunks_per_rank == 2;
   const MeasuredCosts measured = read_costs(costs_path(c, P, v_shape));
   std::shared_ptr<const Plan> plan = Pipe::plan();
-  const VerifyResult predicted = verify(plan->table, plan->semantics(), measured.costs);
+  const double searched_from_ms = predicted_ms(*plan, measured);
   return {name,
           searched,
           [s] { (*s)(); },
           [s] { return report_last_step(s->pipe); },
-          predicted.makespan * measured.unit_us / 1e3,
+          searched_from_ms,
           std::move(plan),
           std::nullopt,
           0.0,
@@ -194,6 +203,7 @@ trace::StepFigures median_figures(const std::vector<trace::StepFigures>& steps) 
   out.message_latency_us = of([](const trace::StepFigures& f) { return f.message_latency_us; });
   out.send_overhead_us = of([](const trace::StepFigures& f) { return f.send_overhead_us; });
   out.recv_overhead_us = of([](const trace::StepFigures& f) { return f.recv_overhead_us; });
+  out.step_end_us = of([](const trace::StepFigures& f) { return f.step_end_us; });
   for (std::size_t s = 0; s < out.stage_us.size(); ++s)
     for (std::size_t k = 0; k < 4; ++k)
       out.stage_us[s][k] = of([&](const trace::StepFigures& f) {
@@ -216,12 +226,7 @@ trace::StepFigures with_whole_backwards(trace::StepFigures split, const trace::S
 MeasuredCosts costs_of(const trace::StepFigures& f, int cores) {
   Costs costs = trace::measured_costs_with_latency(f);
   costs.cores = cores;
-  return {costs, trace::measured_cost_unit_us(f)};
-}
-
-/// `plan`'s predicted step in milliseconds under `measured`.
-double predicted_ms(const Plan& plan, const MeasuredCosts& measured) {
-  return verify(plan.table, plan.semantics(), measured.costs).makespan * measured.unit_us / 1e3;
+  return {costs, trace::measured_cost_unit_us(f), f.step_end_us};
 }
 
 /// What the traced steps of one pipeline measured (rank 0).

@@ -105,7 +105,17 @@ TEST_CASE("search over chunk counts compares times, not the units of each file")
   looped.placement = interleaved_placement(4, 1);
   looped.max_in_flight = 4;
   looped.costs = one_in_tens;
-  CHECK(found->best.figures.makespan > alone(looped)->figures.makespan);
+  const int one_makespan = alone(looped)->figures.makespan;
+  CHECK(found->best.figures.makespan > one_makespan);
+  // A step time is the makespan and then the step's end: a longer end (measured with two
+  // chunks) that eats two chunks' lead chooses one.
+  const double lead_us = 10.0 * one_makespan - found->best.figures.makespan;
+  const auto ended = run(
+      in_a_v,
+      {{.chunks_per_rank = 1, .costs = one_in_tens, .unit_us = 10.0},
+       {.chunks_per_rank = 2, .costs = two_in_ones, .unit_us = 1.0, .step_end_us = lead_us + 1.0}});
+  REQUIRE_MESSAGE(ended->ok(), ended->error.view());
+  CHECK(ended->chunks_per_rank == 1);
 }
 
 TEST_CASE(

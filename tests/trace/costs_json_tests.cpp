@@ -13,6 +13,8 @@ TEST_CASE("costs written as JSON read back the same, stage by stage") {
   const mpp::Costs back = mpp::costs_from_json(text);
   CHECK(mpp::costs_unit_us(text) == doctest::Approx(12.5));
   CHECK(mpp::costs_unit_us(mpp::costs_to_json(c, 4)) == 0.0);  // a file that does not say
+  CHECK(mpp::costs_step_end_us(text) == 0.0);
+  CHECK(mpp::costs_step_end_us(mpp::costs_to_json(c, 4, 12.5, 24.5)) == doctest::Approx(24.5));
   CHECK(back.forward == 34);
   CHECK(back.backward == 70);
   CHECK(back.comm == 3);
@@ -31,6 +33,7 @@ TEST_CASE("costs as JSON: what is missing or wrong is named") {
     try {
       mpp::costs_from_json(text);
       mpp::costs_unit_us(text);
+      mpp::costs_step_end_us(text);
     } catch (const mpp::ScheduleError& e) {
       return std::string(e.what());
     }
@@ -50,6 +53,9 @@ TEST_CASE("costs as JSON: what is missing or wrong is named") {
   CHECK(message("{\"forward\": 1, \"backward\": 2, \"cores\": \"two\"}")
             .find("\"cores\" is \"two\"") != std::string::npos);
   CHECK(message("{\"forward\": 1, \"backward\": 2, \"unit_us\": -3}").find("\"unit_us\" is -3") !=
+        std::string::npos);
+  CHECK(message("{\"forward\": 1, \"backward\": 2, \"step_end_us\": \"x\"}")
+            .find("\"step_end_us\" is \"x\"; give the time from the last action") !=
         std::string::npos);
   // Without I and W the backward splits in halves, for every stage too, and the reader says so.
   const std::string unsplit =
@@ -71,7 +77,8 @@ TEST_CASE("a measured step as costs JSON: units of the slowest action, I and W o
   f.stage_us = {{40, 80, 0, 0}, {44, 80, 0, 0}};
   const std::string unsplit = mpp::measured_costs_json(f);
   CHECK(mpp::costs_unit_us(unsplit) == doctest::Approx(0.8));
-  CHECK(mpp::costs_split_assumed(unsplit));  // no I and W ran: the reader halves B
+  CHECK(mpp::costs_split_assumed(unsplit));       // no I and W ran: the reader halves B
+  CHECK(mpp::costs_step_end_us(unsplit) == 0.0);  // none measured: not written
   const mpp::Costs c = mpp::costs_from_json(unsplit);
   CHECK(c.forward == 53);
   CHECK(c.comm == 10);
@@ -79,6 +86,8 @@ TEST_CASE("a measured step as costs JSON: units of the slowest action, I and W o
   CHECK(c.of(mpp::Op::I, 1) == 50);
   f.input_grad_us = 50;
   f.weight_grad_us = 30;
+  f.step_end_us = 21.5;
+  CHECK(mpp::costs_step_end_us(mpp::measured_costs_json(f)) == doctest::Approx(21.5));
   const mpp::Costs split = mpp::costs_from_json(mpp::measured_costs_json(f));
   CHECK_FALSE(mpp::costs_split_assumed(mpp::measured_costs_json(f)));
   CHECK(split.input_grad == 63);

@@ -31,6 +31,7 @@ TEST_CASE("the recorder times computes in core time only when asked") {
   ::unsetenv("MPP_TRACE_CORE_TIME");
   const auto wall = sleepy_step();
   REQUIRE(wall.events.size() == 2);
+  CHECK_FALSE(wall.core_time);
   CHECK(wall.events[0].duration_us() >= 30e3);
   CHECK(wall.events[1].duration_us() >= 30e3);
 
@@ -38,6 +39,7 @@ TEST_CASE("the recorder times computes in core time only when asked") {
   const auto core = sleepy_step();
   ::unsetenv("MPP_TRACE_CORE_TIME");
   REQUIRE(core.events.size() == 2);
+  CHECK(core.core_time);  // the trace says so: step_figures charges no time between its events
   CHECK(core.events[0].duration_us() < 10e3);   // the forward slept: little CPU time
   CHECK(core.events[1].duration_us() >= 30e3);  // a wait keeps the wall clock
   CHECK(core.step_us >= 60e3);                  // and so does the step

@@ -106,6 +106,47 @@ TEST_CASE("step figures: posting a receive is its own part, and both posts are o
         std::string::npos);
 }
 
+TEST_CASE(
+    "step figures: the time between events is the next action's or post's, and the step's "
+    "end is the last rank's") {
+  // Rank 0: nothing traced 0-3, F 3-40, nothing 40-41, send 41-43, nothing 43-50, blocked 50-70,
+  // nothing 70-72, B 72-150, the step's end 150-160. Rank 1: blocked 0-44, F 44-84, B 84-164,
+  // send 164-165, nothing 165-170, loss 170-180.
+  const RankTrace r0 = rank_trace(
+      0, 160,
+      {event(EventKind::forward, Op::F, 0, 3, 40), event(EventKind::send, Op::SEND_F, 0, 41, 43, 1),
+       event(EventKind::recv_wait, Op::RECV_B, 0, 50, 70, 1),
+       event(EventKind::backward, Op::B, 0, 72, 150),
+       event(EventKind::send_wait, Op::SEND_F, -1, 150, 152),
+       event(EventKind::loss_sync, Op::SEND_F, -1, 152, 160)});
+  const RankTrace r1 = rank_trace(
+      1, 180,
+      {event(EventKind::recv_wait, Op::RECV_F, 0, 0, 44, 0),
+       event(EventKind::forward, Op::F, 0, 44, 84), event(EventKind::backward, Op::B, 0, 84, 164),
+       event(EventKind::send, Op::SEND_B, 0, 164, 165, 0),
+       event(EventKind::loss_sync, Op::SEND_F, -1, 170, 180)});
+  const std::vector<RankTrace> traces{r0, r1};
+  const auto f = mpp::trace::step_figures(traces);
+  REQUIRE(f.stage_us.size() == 2);
+  CHECK(f.stage_us[0][0] == doctest::Approx(40));          // 3 before it, 37 of its own
+  CHECK(f.stage_us[0][1] == doctest::Approx(7 + 2 + 78));  // through the wait: 43-50 and 70-72
+  CHECK(f.stage_us[1][0] == doctest::Approx(40));
+  CHECK(f.stage_us[1][1] == doctest::Approx(80));
+  CHECK(f.send_overhead_us == doctest::Approx((1 + 2 + 1) / 2.0));
+  // The bubble's parts are what the events say: the time between them stays untraced.
+  CHECK(f.untraced_share == doctest::Approx((3 + 1 + 7 + 2 + 5) / 340.0));
+  // Both started at 0: rank 1 began its step's end last, at 170, and ended at 180, last.
+  CHECK(f.step_end_us == doctest::Approx(10));
+  // Timed in core time, the time between a rank's events is not its own: nothing is charged.
+  RankTrace core = r0;
+  core.core_time = true;
+  const std::vector<RankTrace> in_core_time{core, r1};
+  const auto c = mpp::trace::step_figures(in_core_time);
+  CHECK(c.stage_us[0][0] == doctest::Approx(37));
+  CHECK(c.stage_us[0][1] == doctest::Approx(78));
+  CHECK(c.send_overhead_us == doctest::Approx((2 + 1) / 2.0));
+}
+
 TEST_CASE("step figures: the summary says 1 micro-batch, 2 micro-batches") {
   mpp::trace::StepFigures f;
   f.ranks = 2;
@@ -121,12 +162,14 @@ TEST_CASE("step figures: the summary says 1 micro-batch, 2 micro-batches") {
 
 TEST_CASE("step figures: each stage's own F and B costs reach the verifier's cost model") {
   // Rank 0 (stage 0): F 40, B 80. Rank 1 (stage 1): F 44 (its loss), B 80.
-  const RankTrace r0 = rank_trace(
-      0, 200,
-      {event(EventKind::forward, Op::F, 0, 0, 40), event(EventKind::backward, Op::B, 0, 120, 200)});
+  const RankTrace r0 = rank_trace(0, 200,
+                                  {event(EventKind::forward, Op::F, 0, 0, 40),
+                                   event(EventKind::recv_wait, Op::RECV_B, 0, 40, 120, 1),
+                                   event(EventKind::backward, Op::B, 0, 120, 200)});
   const RankTrace r1 = rank_trace(
       1, 200,
-      {event(EventKind::forward, Op::F, 0, 40, 84), event(EventKind::backward, Op::B, 0, 84, 164)});
+      {event(EventKind::recv_wait, Op::RECV_F, 0, 0, 40, 0),
+       event(EventKind::forward, Op::F, 0, 40, 84), event(EventKind::backward, Op::B, 0, 84, 164)});
   const std::vector<RankTrace> traces{r0, r1};
   const auto f = mpp::trace::step_figures(traces);
   REQUIRE(f.stage_us.size() == 2);

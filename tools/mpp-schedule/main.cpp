@@ -156,7 +156,8 @@ int main(int argc, char** argv) {
     for (const std::string& path : costs_paths) {
       const std::string text = read_file(path);
       mpp::ChunkCountCosts option{.costs = mpp::costs_from_json(text),
-                                  .unit_us = mpp::costs_unit_us(text)};
+                                  .unit_us = mpp::costs_unit_us(text),
+                                  .step_end_us = mpp::costs_step_end_us(text)};
       if (mpp::costs_split_assumed(text))
         std::cerr << "mpp-schedule: " << path
                   << " gives no I and W (measured without a split backward); each is taken as "
@@ -176,9 +177,11 @@ int main(int argc, char** argv) {
     }
     std::string costs_path = costs_paths.empty() ? std::string() : costs_paths.front();
     double unit_us = 0.0;  // one cost unit in microseconds, when the costs file says
+    double step_end_us = 0.0;
     if (!options.empty()) {
       costs = options.front().costs;
       unit_us = options.front().unit_us;
+      step_end_us = options.front().step_end_us;
     }
     if (app.count("--cores") > 0) costs.cores = cores;
     const mpp::CommSemantics semantics =
@@ -213,6 +216,7 @@ int main(int argc, char** argv) {
         *found = over->best;
         costs = options[static_cast<std::size_t>(over->option)].costs;
         unit_us = options[static_cast<std::size_t>(over->option)].unit_us;
+        step_end_us = options[static_cast<std::size_t>(over->option)].step_end_us;
         costs_path = costs_paths[static_cast<std::size_t>(over->option)];
         cap = over->max_in_flight;
         std::cout << "chunk count: " << over->chunks_per_rank << " per rank, from " << costs_path
@@ -296,7 +300,13 @@ int main(int argc, char** argv) {
       }
       std::cout << ")\n";
     }
-    if (unit_us > 0.0)
+    if (unit_us > 0.0 && step_end_us > 0.0)
+      std::printf(
+          "predicted step %.2f ms (%s gives one cost unit as %.2f us, and %.0f us from "
+          "the last action to the step's end)\n",
+          (plan->figures.makespan * unit_us + step_end_us) / 1e3, costs_path.c_str(), unit_us,
+          step_end_us);
+    else if (unit_us > 0.0)
       std::printf("predicted step %.2f ms (%s gives one cost unit as %.2f us)\n",
                   plan->figures.makespan * unit_us / 1e3, costs_path.c_str(), unit_us);
     if (!bound.empty()) std::cout << bound << '\n';

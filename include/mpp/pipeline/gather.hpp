@@ -12,7 +12,7 @@ namespace mpp {
 
 namespace detail {
 inline constexpr int trace_tag = 1 << 22;  // above every tag a step uses
-inline constexpr int trace_header = 7;     // then one field per chunk stage, then the events
+inline constexpr int trace_header = 8;     // then one field per chunk stage, then the events
 inline constexpr int trace_fields = 8;
 
 inline at::Tensor pack_trace(const trace::RankTrace& t) {
@@ -27,6 +27,7 @@ inline at::Tensor pack_trace(const trace::RankTrace& t) {
   p[4] = t.peak_in_flight;
   p[5] = static_cast<double>(n);
   p[6] = static_cast<double>(chunks);
+  p[7] = t.core_time ? 1.0 : 0.0;
   for (std::int64_t c = 0; c < chunks; ++c)
     p[trace_header + c] = t.chunk_stages[static_cast<std::size_t>(c)];
   for (std::int64_t i = 0; i < n; ++i) {
@@ -54,6 +55,7 @@ inline trace::RankTrace unpack_trace(const at::Tensor& packed) {
   t.peak_in_flight = static_cast<int>(p[4]);
   const auto n = static_cast<std::int64_t>(p[5]);
   const auto chunks = static_cast<std::int64_t>(p[6]);
+  t.core_time = p[7] != 0.0;
   for (std::int64_t c = 0; c < chunks; ++c)
     t.chunk_stages.push_back(static_cast<int>(p[trace_header + c]));
   for (std::int64_t i = 0; i < n; ++i) {

@@ -23,6 +23,9 @@ struct ChunkCountCosts {
   /// One cost unit in microseconds (costs measured in different runs have different units), or 0
   /// when every option's costs are in one unit.
   double unit_us = 0.0;
+  /// With `unit_us`: the time from the last action to the end of the step in microseconds, which
+  /// a step time adds to the makespan (measured with each chunk count, it differs a little).
+  double step_end_us = 0.0;
 };
 
 /// What the search over chunk counts found: the result of the shortest option, and which.
@@ -92,7 +95,8 @@ constexpr void search_chunk_counts_into(ChunkCountResult& out, const SearchSpec&
       }
       search_into(found, each);
       if (!found.ok()) continue;
-      const double time = found.figures.makespan * (units ? option.unit_us : 1.0);
+      const double time = units ? found.figures.makespan * option.unit_us + option.step_end_us
+                                : static_cast<double>(found.figures.makespan);
       if (out.option < 0 || time < best_time) {
         best_time = time;
         out.best = found;

@@ -83,6 +83,10 @@ struct RankTrace {
   std::vector<Event> events;  ///< In the order they were recorded.
   std::int64_t peak_activation_bytes = 0;  ///< largest total of tensors kept for backward
   int peak_in_flight = 0;  ///< most micro-batches between F and their last backward op
+  /// Its computes last their thread's CPU time, not their wall time (MPP_TRACE_CORE_TIME=1,
+  /// Recorder): a compute ends before the wall clock says, and the time to the next event is
+  /// other ranks' turns on the core as much as this rank's own work.
+  bool core_time = false;
 
   /// The global stage of local `chunk` in a pipeline of `ranks` ranks: from chunk_stages, or
   /// interleaved (chunk * ranks + rank) when the trace names no stages.

@@ -45,6 +45,7 @@ class Recorder {
     held_bytes_ = 0;
     in_flight_ = 0;
     core_time_ = core_time_from_env();
+    trace_.core_time = core_time_;
   }
 
   /// The current time, for an event's begin and end.

@@ -34,7 +34,10 @@ struct StepFigures {
   std::vector<double> rank_bubble;  ///< Each rank's bubble (RankTrace::bubble()), by rank.
   std::vector<std::int64_t> peak_activation_bytes;  ///< Each rank's peak, by rank.
   std::vector<int> peak_in_flight;  ///< Each rank's peak micro-batches in flight, by rank.
-  /// Mean measured durations (us) of one F, B, I and W on one chunk: the cost model's inputs.
+  /// Mean measured durations (us) of one F, B, I and W on one chunk, each with the executor's
+  /// time before it (since the rank's last event, through any wait for its input; not in core
+  /// time, RankTrace::core_time): the cost model's inputs. A replay of the actions alone leaves
+  /// that time out, about 1 % of a step.
   ///@{
   double forward_us = 0.0, backward_us = 0.0, input_grad_us = 0.0, weight_grad_us = 0.0;
   ///@}
@@ -56,11 +59,16 @@ struct StepFigures {
          untraced_share = 0.0;
   ///@}
   /// Mean CPU time (us) a rank spends on one send (posting it, async; its whole transfer,
-  /// blocking) and on posting one receive (async; 0 when none was posted): a transport's cost
-  /// per message besides its latency, LogP's overhead.
+  /// blocking) and on posting one receive (async; 0 when none was posted), each with the
+  /// executor's time before it as an action's: a transport's cost per message besides its
+  /// latency, LogP's overhead.
   ///@{
   double send_overhead_us = 0.0, recv_overhead_us = 0.0;
   ///@}
+  /// From the moment the last rank began its step's end (its sends' wait, then the loss shared)
+  /// to the moment the last rank ended its step: what a predicted step adds to the verifier's
+  /// makespan, which ends with the last action. Ranks' clocks must be comparable.
+  double step_end_us = 0.0;
 };
 
 /// The mean latency of the messages a receiver was waiting for (see StepFigures).

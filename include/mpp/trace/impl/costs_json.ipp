@@ -5,7 +5,7 @@
 
 namespace mpp {
 
-MPP_DECL std::string costs_to_json(const Costs& c, int stages, double unit_us) {
+MPP_DECL std::string costs_to_json(const Costs& c, int stages, double unit_us, double step_end_us) {
   nlohmann::ordered_json j;
   j["forward"] = c.forward;
   j["backward"] = c.backward;
@@ -23,6 +23,7 @@ MPP_DECL std::string costs_to_json(const Costs& c, int stages, double unit_us) {
                            {"weight_grad", st.weight_grad}});
   }
   if (unit_us > 0.0) j["unit_us"] = unit_us;
+  if (step_end_us > 0.0) j["step_end_us"] = step_end_us;
   if (c.cores > 0) j["cores"] = c.cores;
   return j.dump(2) + "\n";
 }
@@ -34,7 +35,8 @@ MPP_DECL std::string measured_costs_json(const trace::StepFigures& f, int cores)
     costs.input_grad = costs.weight_grad = 0;
     for (auto& s : costs.stage) s.input_grad = s.weight_grad = 0;
   }
-  return costs_to_json(costs, static_cast<int>(f.stage_us.size()), trace::measured_cost_unit_us(f));
+  return costs_to_json(costs, static_cast<int>(f.stage_us.size()), trace::measured_cost_unit_us(f),
+                       f.step_end_us);
 }
 
 MPP_DECL Costs costs_from_json(const std::string& text) {
@@ -107,6 +109,17 @@ MPP_DECL double costs_unit_us(const std::string& text) {
   if (!v.is_number() || v.get<double>() <= 0.0)
     throw ScheduleError("mpp: the costs' \"unit_us\" is " + v.dump() +
                         "; give one cost unit in microseconds, a positive number, or leave it out");
+  return v.get<double>();
+}
+
+MPP_DECL double costs_step_end_us(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("step_end_us")) return 0.0;
+  const auto& v = j.at("step_end_us");
+  if (!v.is_number() || v.get<double>() < 0.0)
+    throw ScheduleError("mpp: the costs' \"step_end_us\" is " + v.dump() +
+                        "; give the time from the last action to the step's end in microseconds, "
+                        "a number >= 0, or leave it out");
   return v.get<double>();
 }
 

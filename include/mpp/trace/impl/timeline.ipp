@@ -41,12 +41,14 @@ MPP_DECL StepFigures step_figures(std::span<const RankTrace> traces) {
   StepFigures f;
   f.ranks = static_cast<int>(traces.size());
   double compute = 0.0, total = 0.0, recv_wait = 0.0, send = 0.0, recv_post = 0.0, step_end = 0.0;
+  double send_cost = 0.0, recv_post_cost = 0.0;  // with the time before each post
   int sends = 0, recv_posts = 0;
   double sums[4] = {0, 0, 0, 0};
   int counts[4] = {0, 0, 0, 0};
   std::vector<std::array<double, 4>> stage_sums;
   std::vector<std::array<int, 4>> stage_counts;
   double last_start = traces.empty() ? 0.0 : traces.front().start_us, last_end = last_start;
+  double last_step_end_begin = last_start;  // the last rank to begin its step's end
   for (const auto& t : traces) {
     f.step_us = std::max(f.step_us, t.step_us);
     last_start = std::max(last_start, t.start_us);
@@ -57,27 +59,38 @@ MPP_DECL StepFigures step_figures(std::span<const RankTrace> traces) {
     f.peak_activation_bytes.push_back(t.peak_activation_bytes);
     f.peak_in_flight.push_back(t.peak_in_flight);
     double recompute_pending = 0.0;  // a recompute belongs to the backward right after it
+    // The executor's time between events (no event covers it) is charged to the next action or
+    // post: it is that one's preparation, on the rank's path as the action is. A wait passes it on
+    // (to the action the wait was for). Not in core time: there the time between events is other
+    // ranks' turns on the core as well.
+    double covered_to = 0.0, between = 0.0, step_end_begin = t.step_us;
     for (const auto& e : t.events) {
+      if (!t.core_time) between += std::max(0.0, e.begin_us - covered_to);
+      covered_to = std::max(covered_to, e.end_us);
+      const double cost = e.duration_us() + between;
       int k = -1;
       switch (e.kind) {
         case EventKind::recv_wait:
         case EventKind::header_wait:
           recv_wait += e.duration_us();
-          break;
+          continue;
         case EventKind::send:
           send += e.duration_us();
+          send_cost += cost;
           ++sends;
           break;
         case EventKind::recv_post:
           recv_post += e.duration_us();
+          recv_post_cost += cost;
           ++recv_posts;
           break;
         case EventKind::send_wait:
         case EventKind::loss_sync:
           step_end += e.duration_us();
-          break;
+          step_end_begin = std::min(step_end_begin, e.begin_us);
+          continue;
         case EventKind::recompute:
-          recompute_pending += e.duration_us();
+          recompute_pending += cost;
           break;
         case EventKind::forward:
           k = 0;
@@ -92,10 +105,11 @@ MPP_DECL StepFigures step_figures(std::span<const RankTrace> traces) {
           k = 3;
           break;
         default:
-          break;
+          continue;
       }
+      between = 0.0;
       if (k < 0) continue;
-      const double us = e.duration_us() + (k == 1 || k == 2 ? recompute_pending : 0.0);
+      const double us = cost + (k == 1 || k == 2 ? recompute_pending : 0.0);
       if (k == 1 || k == 2) recompute_pending = 0.0;
       sums[k] += us;
       ++counts[k];
@@ -107,8 +121,10 @@ MPP_DECL StepFigures step_figures(std::span<const RankTrace> traces) {
       stage_sums[stage][static_cast<std::size_t>(k)] += us;
       ++stage_counts[stage][static_cast<std::size_t>(k)];
     }
+    last_step_end_begin = std::max(last_step_end_begin, t.start_us + step_end_begin);
   }
   f.span_us = last_end - last_start;
+  f.step_end_us = traces.empty() ? 0.0 : last_end - last_step_end_begin;
   f.bubble = total > 0.0 ? 1.0 - compute / total : 0.0;
   if (total > 0.0) {
     f.recv_wait_share = recv_wait / total;
@@ -118,8 +134,8 @@ MPP_DECL StepFigures step_figures(std::span<const RankTrace> traces) {
     f.untraced_share =
         f.bubble - f.recv_wait_share - f.send_share - f.recv_post_share - f.step_end_share;
   }
-  f.send_overhead_us = sends > 0 ? send / sends : 0.0;
-  f.recv_overhead_us = recv_posts > 0 ? recv_post / recv_posts : 0.0;
+  f.send_overhead_us = sends > 0 ? send_cost / sends : 0.0;
+  f.recv_overhead_us = recv_posts > 0 ? recv_post_cost / recv_posts : 0.0;
   auto mean = [&](int k) { return counts[k] > 0 ? sums[k] / counts[k] : 0.0; };
   f.forward_us = mean(0);
   f.backward_us = mean(1);
