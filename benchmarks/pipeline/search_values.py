@@ -7,7 +7,8 @@ Each RUN is pipeline_bench's Google Benchmark JSON (--benchmark_filter=searched_
 --benchmark_out=RUN --benchmark_format=json) on 2 or 4 ranks. Keys: "<model>_p<P>.<counter>",
 e.g. "course_h128_b32_p2.1F1B_ms", "<model>_p<P>.<searched>_is_builtin" (1 where the searched
 table is a built-in's, which is then not timed twice) and "<model>_p<P>.best" (the best
-built-in's name is not a number: it is written under "labels" instead).
+built-in's name is not a number: it is written under "labels" instead), and
+"<model>_p<P>.load_avg_start", the 1-minute load average Google Benchmark read as the run began.
 """
 import json
 import re
@@ -31,7 +32,7 @@ def main() -> int:
                 if isinstance(value, float) and (name.endswith(("_ms", "_pct", "_lo", "_hi", "_MiB", "_is_builtin", "_chunks"))):
                     values[f"{key}.{name}"] = round(value, 3)
             labels[key] = bench.get("label", "")
-            values[f"{key}.load_avg_end"] = round(run["context"]["load_avg"][0], 2)
+            values[f"{key}.load_avg_start"] = round(run["context"]["load_avg"][0], 2)
     with open(sys.argv[1], "w") as f:
         json.dump(values, f, indent=1, sort_keys=True)
         f.write("\n")
