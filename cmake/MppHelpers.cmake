@@ -247,11 +247,12 @@ function(mpp_add_subdirectories)
   endforeach()
 endfunction()
 
-# mpp_add_lab_test(<test> <lab target> [RANKS n] [ARGS ...]): the lab run on n real ranks (2 by
-# default) through mpprun as a CTest. It fails if any rank exits non-zero or the run outlives
+# mpp_add_lab_test(<test> <lab target> [PROGRAM name] [RANKS n] [ARGS ...]): the lab run on n
+# real ranks (2 by default) through mpprun as a CTest; PROGRAM names the program of a target that
+# holds several (its first argument). It fails if any rank exits non-zero or the run outlives
 # mpprun's 240 s deadline (CTest's own stops it at 300 s). Nothing when tests are off.
 function(mpp_add_lab_test name target)
-  cmake_parse_arguments(PARSE_ARGV 2 ARG "" "RANKS" "ARGS")
+  cmake_parse_arguments(PARSE_ARGV 2 ARG "" "RANKS;PROGRAM" "ARGS")
   if(NOT MPP_BUILD_TESTS OR NOT TARGET mpprun)
     return()
   endif()
@@ -260,6 +261,6 @@ function(mpp_add_lab_test name target)
   endif()
   add_test(NAME ${name}
            COMMAND mpprun --nproc-per-node ${ARG_RANKS} --log-dir "" --timeout 240
-                   $<TARGET_FILE:${target}> ${ARG_ARGS})
+                   $<TARGET_FILE:${target}> ${ARG_PROGRAM} ${ARG_ARGS})
   set_tests_properties(${name} PROPERTIES TIMEOUT 300)
 endfunction()
